@@ -1,0 +1,50 @@
+# Two commands: `make serve` and `make test`. Each sets up what it needs first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: serve test lint bench bench-smoke system-deps clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# The service with the impl extra (numpy and CPU JAX for the sandboxed exercises).
+$(VENV)/.serve: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[jax]'
+	touch $@
+
+$(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+# Redis (tests start their own servers) and bubblewrap (the sandbox's strongest tier), when
+# running as root and they are missing.
+system-deps:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "missing system packages:$$missing (install them, or run as root)"; fi; \
+	fi
+
+serve: $(VENV)/.serve
+	$(BIN)/scaling-grader serve --host $(HOST) --port $(PORT)
+
+test: system-deps $(VENV)/.test
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+	$(BIN)/python -m bench --smoke
+
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+
+bench: $(VENV)/.test
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""Graders: pure functions from (gold, completion, tolerance) to a GradeResult."""

@@ -1,0 +1,95 @@
+"""Numeric grading: every required value must be matched, within a relative tolerance, by a
+value of the same physical dimension in the committed answer.
+
+Matching is positional within a dimension: the k-th required time is compared with the k-th
+time the answer states. Extra values earn nothing, and listing many candidates cannot help,
+because only the first of each dimension is compared."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from app.graders.extract import extract_answer
+from app.graders.result import GradeResult, Outcome, ValueVerdict
+from app.graders.units import Quantity, find_quantities, parse_quantity
+
+if TYPE_CHECKING:
+    from app.graders.dispatch import GradeOptions
+    from app.settings import Settings
+    from app.tasks.base import Task
+
+
+def relative_error(value: float, gold: float) -> float:
+    if gold == 0.0:
+        return abs(value)
+    return abs(value - gold) / abs(gold)
+
+
+def within(value: float, gold: float, tolerance: float) -> bool:
+    return math.isfinite(value) and relative_error(value, gold) <= tolerance
+
+
+def match_values(
+    gold: Sequence[Quantity], offered: Sequence[Quantity], *, tolerance: float
+) -> list[ValueVerdict]:
+    by_dimension: dict[str, list[Quantity]] = {}
+    for q in offered:
+        by_dimension.setdefault(q.dimension, []).append(q)
+    used: dict[str, int] = {}
+    verdicts = []
+    for g in gold:
+        k = used.get(g.dimension, 0)
+        candidates = by_dimension.get(g.dimension, [])
+        verdict = ValueVerdict(expected=g.text, expected_si=g.value, dimension=g.dimension)
+        if k < len(candidates):
+            used[g.dimension] = k + 1
+            q = candidates[k]
+            err = relative_error(q.value, g.value)
+            verdict.extracted, verdict.extracted_si = q.text, q.value
+            verdict.relative_error = err if math.isfinite(err) else None
+            verdict.correct = within(q.value, g.value, tolerance)
+            verdict.reason = "within tolerance" if verdict.correct else f"off by {err:.3g} (relative)"
+        elif offered:
+            dims = sorted({q.dimension for q in offered})
+            verdict.reason = f"no value of dimension {g.dimension} in the answer (found {', '.join(dims)})"
+        else:
+            verdict.reason = "no value in the answer"
+        verdicts.append(verdict)
+    return verdicts
+
+
+def grade_numeric(gold: Sequence[str | float], completion: str, *, tolerance: float) -> GradeResult:
+    """Grade a completion against required values written as quantity text ("3.35 TB/s")."""
+    gold_q = [parse_quantity(g) for g in gold]
+    extraction = extract_answer(completion)
+    offered = find_quantities(extraction.text) if extraction else []
+    verdicts = match_values(gold_q, offered, tolerance=tolerance)
+    n_right = sum(v.correct for v in verdicts)
+    if extraction is None:
+        outcome, why = Outcome.no_answer, "no 'Final answer:' line or \\boxed{} found"
+    elif not offered:
+        outcome, why = Outcome.no_answer, "the final answer holds no number"
+    elif n_right == len(verdicts):
+        outcome, why = Outcome.correct, f"all {len(verdicts)} value(s) within {tolerance:g}"
+    elif all(v.extracted is None for v in verdicts):
+        outcome, why = Outcome.unit_mismatch, "the answer's values have the wrong dimension"
+    else:
+        outcome = Outcome.incorrect
+        why = f"{n_right} of {len(verdicts)} value(s) within {tolerance:g}"
+    return GradeResult(
+        grading="numeric",
+        outcome=outcome,
+        reward=1.0 if outcome is Outcome.correct else 0.0,
+        explanation=why,
+        tolerance=tolerance,
+        extracted_answer=extraction.text[:500] if extraction else None,
+        values=verdicts,
+        details={"answer_source": extraction.source} if extraction else {},
+    )
+
+
+def grade_task(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:
+    tolerance = options.tolerance or task.tolerance or settings.tolerance_for(task.split)
+    return grade_numeric(task.gold, completion, tolerance=tolerance)

@@ -1,0 +1,257 @@
+"""Quantities written as text -> (value in base units, physical dimension).
+
+Two layers: a lexical one that reads the many ways people write units ("TFLOPs/s", "GBps",
+"µs", "\\mathrm{GiB}", "70B params") into canonical unit names, and pint for the algebra
+(prefixes, products and quotients, dimensions). pint is only asked once per distinct unit text:
+results are cached, so grading cost is a regex scan plus dictionary look-ups.
+
+Base units: byte, second, flop. Counts (chips, tokens, layers...) are dimensionless.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pint
+
+_REGISTRY_FILE = Path(__file__).with_name("units.txt")
+
+
+@lru_cache(maxsize=1)
+def registry() -> pint.UnitRegistry:
+    return pint.UnitRegistry(str(_REGISTRY_FILE), autoconvert_offset_to_baseunit=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Quantity:
+    value: float  # in base units (bytes, seconds, flops)
+    dimension: str  # e.g. "[information] / [time]", "dimensionless"
+    text: str  # as written
+
+    @property
+    def dimensionless(self) -> bool:
+        return self.dimension == DIMENSIONLESS
+
+
+DIMENSIONLESS = "dimensionless"
+
+# ---- lexical layer -------------------------------------------------------------------------
+
+_COUNT_WORDS = (
+    "chip chips token tokens tok toks layer layers param params parameter parameters device devices "
+    "GPU GPUs gpu gpus TPU TPUs tpu tpus step steps sequence sequences seq seqs head heads example "
+    "examples sample samples hop hops node nodes host hosts replica replicas core cores element "
+    "elements weight weights query queries request requests user users"
+).split()
+
+# Exact spellings -> pint expression. Case matters: "FLOPS" (rate) differs from "FLOPs" (count),
+# and "b" (bit) from "B" (byte).
+_BASES: dict[str, str] = {
+    **{w: "byte" for w in ("B", "byte", "bytes", "Byte", "Bytes")},
+    **{w: "bit" for w in ("b", "bit", "bits")},
+    **{w: "flop" for w in ("FLOP", "FLOPs", "flop", "flops", "Flop", "Flops")},
+    **{w: "op" for w in ("OP", "OPs", "op", "ops", "Op", "Ops")},
+    "FLOPS": "flop / second",  # conventional spec-sheet spelling of FLOP/s
+    "OPS": "op / second",
+    "Bps": "byte / second",
+    "bps": "bit / second",
+    **{w: "second" for w in ("s", "sec", "secs", "second", "seconds")},
+    **{w: "minute" for w in ("min", "mins", "minute", "minutes")},
+    **{w: "hour" for w in ("h", "hr", "hrs", "hour", "hours")},
+    **{w: "day" for w in ("day", "days")},
+    **{w: "week" for w in ("week", "weeks")},
+    "%": "percent",
+    "percent": "percent",
+    **{w: "count" for w in _COUNT_WORDS},
+}
+# Which bases take which short prefixes: sub-second prefixes for time, large and binary ones for
+# bytes, bits and operations. Anything else (say "Ms" or "mB") is not a unit here.
+_SHORT_PREFIXES = {
+    "p": "pico", "n": "nano", "µ": "micro", "μ": "micro", "u": "micro", "m": "milli",
+    "k": "kilo", "K": "kilo", "M": "mega", "G": "giga", "T": "tera", "P": "peta", "E": "exa",
+    "Z": "zetta", "Ki": "kibi", "Mi": "mebi", "Gi": "gibi", "Ti": "tebi", "Pi": "pebi", "Ei": "exbi",
+}
+_TIME_PREFIXES = frozenset({"p", "n", "µ", "μ", "u", "m"})
+_LARGE_PREFIXES = frozenset(_SHORT_PREFIXES) - _TIME_PREFIXES
+_PREFIXABLE = {
+    "second": _TIME_PREFIXES,
+    "byte": _LARGE_PREFIXES,
+    "bit": _LARGE_PREFIXES,
+    "flop": _LARGE_PREFIXES,
+    "op": _LARGE_PREFIXES,
+    "flop / second": _LARGE_PREFIXES,
+    "op / second": _LARGE_PREFIXES,
+    "byte / second": _LARGE_PREFIXES,
+    "bit / second": _LARGE_PREFIXES,
+}
+_LONG_PREFIXES = (
+    "pico", "nano", "micro", "milli", "kilo", "mega", "giga", "tera", "peta", "exa", "zetta",
+    "kibi", "mebi", "gibi", "tebi", "pebi", "exbi",
+)
+_LONG_BASES = {"byte": "byte", "bytes": "byte", "bit": "bit", "bits": "bit", "flop": "flop",
+               "flops": "flop", "second": "second", "seconds": "second", "op": "op", "ops": "op"}
+
+_MULTIPLIER_WORDS = {
+    "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "quadrillion": 1e15,
+    "mn": 1e6, "bn": 1e9, "tn": 1e12,
+}
+# A letter glued to a number is a multiplier only before a count word ("70B params", "1.5T
+# tokens"); alone, "80B" stays 80 bytes.
+_SUFFIX_MULTIPLIERS = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+
+
+def _atom_to_unit(atom: str) -> str | None:
+    """One unit word -> pint expression, or None if it is not a unit we accept."""
+    base = _BASES.get(atom)
+    if base is not None:
+        return base
+    lower = atom.lower()
+    for long_prefix in _LONG_PREFIXES:
+        if lower.startswith(long_prefix):
+            rest = _LONG_BASES.get(lower[len(long_prefix) :])
+            if rest is not None:
+                return f"{long_prefix}{rest}"
+    for plen in (2, 1):
+        prefix, rest = atom[:plen], atom[plen:]
+        if prefix in _SHORT_PREFIXES and rest in _BASES:
+            base = _BASES[rest]
+            if prefix in _PREFIXABLE.get(base, ()):
+                name = _SHORT_PREFIXES[prefix]
+                # the prefix binds to the numerator only: "TFLOPS" = teraflop / second
+                head, _, tail = base.partition(" / ")
+                return f"{name}{head} / {tail}" if tail else f"{name}{head}"
+    return None
+
+
+@lru_cache(maxsize=4096)
+def unit_factor(expression: str) -> tuple[float, str]:
+    """(factor to base units, dimension) of a pint expression; cached per text."""
+    quantity = registry().Quantity(1.0, expression).to_base_units()
+    dim = str(quantity.dimensionality)
+    return float(quantity.magnitude), (DIMENSIONLESS if dim == "dimensionless" else dim)
+
+
+# ---- LaTeX and typography ------------------------------------------------------------------
+
+_LATEX_WRAPPERS = re.compile(r"\\(?:text|mathrm|textrm|mathbf|textbf|operatorname|mbox|mathit|rm)\s*\{([^{}]*)\}")
+_LATEX_SIMPLE = [
+    (re.compile(r"\\[,;:! ]|\\quad|\\qquad|~"), " "),
+    (re.compile(r"\\times"), "×"),
+    (re.compile(r"\\cdot"), "·"),
+    (re.compile(r"\\mu\s*"), "µ"),
+    (re.compile(r"\\%"), "%"),
+    (re.compile(r"\\(?:left|right|displaystyle)"), ""),
+    (re.compile(r"\{,\}"), ","),
+    (re.compile(r"\$"), " "),
+]
+
+
+def normalise_text(text: str) -> str:
+    """LaTeX and typographic variants -> plain text the number and unit scanner reads."""
+    if "\\" in text or "$" in text or "~" in text or "{" in text:
+        for _ in range(3):  # nested wrappers such as \text{\mathrm{GB}}
+            new = _LATEX_WRAPPERS.sub(r"\1", text)
+            if new == text:
+                break
+            text = new
+        for pattern, repl in _LATEX_SIMPLE:
+            text = pattern.sub(repl, text)
+    return text.replace("−", "-").replace("\u2009", " ").replace("\u00a0", " ").replace("\u202f", " ")
+
+
+# ---- scanning ------------------------------------------------------------------------------
+
+_EXP = r"[-+]?\d+"
+_NUMBER = re.compile(
+    r"(?<![\w.^])(?P<sign>-)?(?:"
+    rf"(?P<pbase>\d+)\s*\^\s*\{{?\s*(?P<pexp>{_EXP})\s*\}}?"  # 10^9, 2^{30}
+    r"|(?P<mant>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?|\.\d+)"
+    rf"(?:[eE](?P<sci>{_EXP}))?"
+    rf"(?:\s*(?:×|x|X|\*|·)\s*(?P<tbase>10)\s*\^\s*\{{?\s*(?P<texp>{_EXP})\s*\}}?)?"
+    r")"
+)
+_ATOM = re.compile(r"\s*([A-Za-zµμ%]+)")
+_SEPARATOR = re.compile(r"\s*(/|\bper\b|·|\*)\s*")
+_MULTIPLIER = re.compile(r"\s*(thousand|million|billion|trillion|quadrillion|mn|bn|tn)\b", re.IGNORECASE)
+
+
+def _number_value(m: re.Match[str]) -> float:
+    if m.group("pbase") is not None:
+        value = float(int(m.group("pbase")) ** int(m.group("pexp"))) if int(m.group("pexp")) >= 0 else (
+            float(m.group("pbase")) ** int(m.group("pexp"))
+        )
+    else:
+        value = float(m.group("mant").replace(",", ""))
+        if m.group("sci") is not None:
+            value *= 10.0 ** int(m.group("sci"))
+        if m.group("texp") is not None:
+            value *= 10.0 ** int(m.group("texp"))
+    return -value if m.group("sign") else value
+
+
+def _scan_unit(text: str, pos: int) -> tuple[str | None, int]:
+    """Longest run of unit words after a number: 'TB/s', 'FLOPs per byte', 'chips'."""
+    parts: list[str] = []
+    m = _ATOM.match(text, pos)
+    if not m:
+        return None, pos
+    unit = _atom_to_unit(m.group(1))
+    if unit is None:
+        return None, pos
+    parts.append(f"({unit})")
+    end = m.end()
+    while True:
+        # Only an explicit "/", "per", "·" or "*" continues a unit: "80 GB total" stops at GB.
+        sep = _SEPARATOR.match(text, end)
+        if sep is None:
+            break
+        op = "/" if sep.group(1) in ("/", "per") else "*"
+        nxt = _ATOM.match(text, sep.end())
+        if not nxt:
+            break
+        nxt_unit = _atom_to_unit(nxt.group(1))
+        if nxt_unit is None:
+            break
+        parts.append(f"{op} ({nxt_unit})")
+        end = nxt.end()
+    return " ".join(parts), end
+
+
+def find_quantities(text: str) -> list[Quantity]:
+    """Every quantity in the text, in order of appearance."""
+    text = normalise_text(text)
+    found: list[Quantity] = []
+    for m in _NUMBER.finditer(text):
+        value = _number_value(m)
+        pos = m.end()
+        mult = _MULTIPLIER.match(text, pos)
+        if mult:
+            value *= _MULTIPLIER_WORDS[mult.group(1).lower()]
+            pos = mult.end()
+        elif pos < len(text) and text[pos] in _SUFFIX_MULTIPLIERS:
+            after = _ATOM.match(text, pos + 1)
+            if after and _BASES.get(after.group(1)) == "count" and text[pos + 1 : after.start(1)].strip() == "":
+                value *= _SUFFIX_MULTIPLIERS[text[pos]]
+                pos += 1
+        expression, end = _scan_unit(text, pos)
+        if expression is None:
+            found.append(Quantity(value, DIMENSIONLESS, text[m.start() : pos].strip()))
+            continue
+        factor, dimension = unit_factor(expression)
+        found.append(Quantity(value * factor, dimension, text[m.start() : end].strip()))
+    return found
+
+
+def parse_quantity(text: str | float | int) -> Quantity:
+    """Exactly one quantity (a gold value); ValueError otherwise."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return Quantity(float(text), DIMENSIONLESS, repr(text))
+    if not isinstance(text, str):
+        raise ValueError("a quantity must be a string or a number")
+    found = find_quantities(text)
+    if len(found) != 1:
+        raise ValueError(f"expected one quantity in {text[:80]!r}, found {len(found)}")
+    return found[0]
