@@ -6,15 +6,16 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+# async: a plain def dependency would hop to the threadpool on every request (the grading hot path).
 from app.grading import GradingService
 from app.settings import Settings
 
 
-def get_app_settings(request: Request) -> Settings:
+async def get_app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_grading(request: Request) -> GradingService:
+async def get_grading(request: Request) -> GradingService:
     return request.app.state.grading
 
 

@@ -31,7 +31,7 @@ def _location(loc: tuple[object, ...]) -> str:
     return ".".join(parts) or "body"
 
 
-def _describe(errors: list[dict[str, object]]) -> tuple[int, str, str]:
+def describe_validation_errors(errors: list[dict[str, object]]) -> tuple[int, str, str]:
     first = errors[0] if errors else {}
     kind = str(first.get("type", ""))
     if kind == "json_invalid":
@@ -53,7 +53,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        status, error, detail = _describe(list(exc.errors()))
+        status, error, detail = describe_validation_errors(list(exc.errors()))
         return error_response(status, error, detail)
 
     @app.exception_handler(StarletteHTTPException)

@@ -261,6 +261,12 @@ def parse_quantity(text: str | float | int) -> Quantity:
         return Quantity(float(text), DIMENSIONLESS, repr(text))
     if not isinstance(text, str):
         raise ValueError("a quantity must be a string or a number")
+    return _parse_gold_text(text)
+
+
+@lru_cache(maxsize=65536)
+def _parse_gold_text(text: str) -> Quantity:
+    # Gold values repeat across the many completions graded per task; parse each once.
     found = find_quantities(text)
     if len(found) != 1:
         raise ValueError(f"expected one quantity in {text[:80]!r}, found {len(found)}")

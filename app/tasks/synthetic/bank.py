@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from app.tasks.base import Task, UnknownTask
@@ -23,6 +24,12 @@ _ID = re.compile(r"synthetic/(\d{1,18})/(\d{1,18})")
 
 def family_of(seed: int, index: int) -> str:
     return _FAMILY_NAMES[(seed + index) % len(_FAMILY_NAMES)]
+
+
+@lru_cache(maxsize=8192)
+def cached(seed: int, index: int) -> Task:
+    """RL runs grade several completions per task: regenerate each task once, not per grade."""
+    return generate(seed, index)
 
 
 def generate(seed: int, index: int) -> Task:
@@ -48,7 +55,7 @@ class SyntheticBank:
         m = _ID.fullmatch(task_id)
         if not m:
             raise UnknownTask(task_id)
-        return generate(int(m.group(1)), int(m.group(2)))
+        return cached(int(m.group(1)), int(m.group(2)))
 
     def batch(self, *, seed: int, n: int, offset: int = 0, chapters: Sequence[str] | None = None) -> list[Task]:
         if not chapters:

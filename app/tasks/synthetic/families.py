@@ -109,10 +109,11 @@ def roofline_time(d: Draws) -> Generated:
         f"bytes/s HBM bandwidth) performs {flops:.6g} FLOPs, moves {hbm:.6g} bytes to and from HBM"
         f"{comms}. {how} How long does it take, running at peak rates? {ANSWER_ONE}"
     )
-    return Generated(prompt, (_q(total, "s"),), "roofline", ("roofline.time-bounds", "roofline.network"),
-                     {"flops": flops, "hbm_bytes": hbm, "ici_bytes": ici, "overlap": overlap,
-                      "peak_flops": chip.bf16_flops, "hbm_bandwidth": chip.hbm_bandwidth,
-                      "ici_bandwidth": chip.ici_bandwidth_bidi})
+    params = {"flops": flops, "hbm_bytes": hbm, "overlap": overlap, "peak_flops": chip.bf16_flops,
+              "hbm_bandwidth": chip.hbm_bandwidth}
+    if ici:
+        params |= {"ici_bytes": ici, "ici_bandwidth": chip.ici_bandwidth_bidi}
+    return Generated(prompt, (_q(total, "s"),), "roofline", ("roofline.time-bounds", "roofline.network"), params)
 
 
 def kv_cache(d: Draws) -> Generated:
@@ -263,21 +264,21 @@ def decode_step_time(d: Draws) -> Generated:
 def training_memory(d: Draws) -> Generated:
     chip = d.choice(COMPUTE_CHIPS)
     params = d.integer(1, 700) * 1e9
-    # bf16 weights and gradients, fp32 Adam moments (two), optionally an fp32 master copy
     master = d.coin()
-    per_param = 2 + 2 + 8 + (4 if master else 0)
+    per_param = 2 + 2 + 2 * 4 + (4 if master else 0)
     total = params * per_param
     chips = -(-total // chip.hbm_bytes)
-    extra = " plus an fp32 master copy of the weights" if master else ""
+    extra = ", plus an fp32 master copy of the weights (4 bytes)" if master else ""
     prompt = (
-        f"Training a {params:.6g}-parameter model keeps bf16 weights, bf16 gradients and two fp32 Adam "
-        f"moments per parameter{extra}. How many bytes does that state take, and how many {chip.name} "
+        f"Training a {params:.6g}-parameter model keeps, per parameter, bf16 weights (2 bytes), bf16 "
+        f"gradients (2 bytes) and two fp32 Adam moments (4 bytes each){extra}. How many bytes does that "
+        f"state take, and how many {chip.name} "
         f"chips ({chip.hbm_bytes:.6g} bytes of HBM each) are needed just to hold it, sharded evenly? "
         "Round the chip count up. " + _answer_many("<bytes> bytes", "<n> chips")
     )
     return Generated(prompt, (_q(total, "bytes"), _q(chips, "chips")), "training",
                      ("training.fsdp", "applied-training.counting"),
-                     {"params": params, "bytes_per_param": per_param, "hbm_bytes": chip.hbm_bytes})
+                     {"params": params, "master_copy": master, "hbm_bytes": chip.hbm_bytes})
 
 
 FAMILIES: dict[str, Callable[[Draws], Generated]] = {
