@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import grade, health, tasks
+from app.api import grade, health, rewards, tasks
 from app.api.errors import install_error_handlers
 from app.grading import GradingService
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
@@ -47,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.grading = GradingService(settings)
     app.state.readiness_checks = _readiness_checks(settings)
     app.router.routes[0:0] = grade.ROUTES  # first: matched in order, and grading is the hot path
+    app.router.routes[len(grade.ROUTES):len(grade.ROUTES)] = rewards.ROUTES  # issue 8: reward endpoints
     for module in (tasks, health):
         app.include_router(module.router)
     install_error_handlers(app)

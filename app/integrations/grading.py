@@ -1,0 +1,100 @@
+"""Grade a list of requests through the service (when a URL is known) or in this process (when
+none is): the one switch every trainer adapter shares. Local grading runs the same
+``GradingService`` the API runs, so both paths give the same reward for the same item."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from app.api.schemas import GradeRequest
+from app.client import AsyncGraderClient, GraderClient
+from app.graders.result import GradeResult
+from app.integrations.labels import in_order, pending, requests_for
+
+URL_ENV = "SCALING_GRADER_URL"
+
+
+def service_url(explicit: str | None = None) -> str | None:
+    """The service to call: an explicit URL, else $SCALING_GRADER_URL, else None (grade locally)."""
+    return explicit or os.environ.get(URL_ENV) or None
+
+
+# One pooled client per (URL, thread): httpx clients are not meant to be shared across the
+# threads a trainer's reward workers may run in.
+_local = threading.local()
+
+
+def sync_client(url: str) -> GraderClient:
+    clients: dict[str, GraderClient] = _local.__dict__.setdefault("clients", {})
+    if url not in clients:
+        clients[url] = GraderClient(url)
+    return clients[url]
+
+
+@lru_cache(maxsize=4)
+def _service(settings_json: str) -> Any:
+    from app.grading import GradingService
+    from app.settings import Settings
+
+    return GradingService(Settings.model_validate_json(settings_json))
+
+
+def local_service(settings_overrides: dict[str, Any] | None = None) -> Any:
+    """The in-process GradingService (cached per settings), for grading without a server."""
+    from app.settings import Settings
+
+    return _service(Settings(**(settings_overrides or {})).model_dump_json())
+
+
+def grade_requests(requests: Sequence[GradeRequest], url: str | None = None,
+                   settings_overrides: dict[str, Any] | None = None) -> list[GradeResult]:
+    """Grade in order, blocking; through the service if a URL is known, else in-process."""
+    if not requests:
+        return []
+    url = service_url(url)
+    if url:
+        return sync_client(url).grade_batch(requests)
+    job = local_service(settings_overrides).grade_many(requests)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(job)
+    # Called from inside an event loop (a notebook, an async trainer): grade on a helper thread.
+    box: list[list[GradeResult]] = []
+    thread = threading.Thread(target=lambda: box.append(asyncio.run(job)))
+    thread.start()
+    thread.join()
+    return box[0]
+
+
+async def grade_requests_async(requests: Sequence[GradeRequest], url: str | None = None,
+                               settings_overrides: dict[str, Any] | None = None,
+                               client: AsyncGraderClient | None = None) -> list[GradeResult]:
+    if not requests:
+        return []
+    url = service_url(url)
+    if client is not None:
+        return await client.grade_batch(requests)
+    if url:
+        async with AsyncGraderClient(url) as fresh:
+            return await fresh.grade_batch(requests)
+    return await local_service(settings_overrides).grade_many(requests)
+
+
+def grade_labelled(labels: Sequence[Any], completions: Sequence[Any], url: str | None = None,
+                   settings_overrides: dict[str, Any] | None = None, **options: Any) -> list[GradeResult]:
+    """Grade (label, completion) pairs in order; an unreadable label is an unscored item."""
+    slots = requests_for(zip(labels, completions, strict=True), **options)
+    return in_order(slots, grade_requests(pending(slots), url, settings_overrides))
+
+
+async def grade_labelled_async(labels: Sequence[Any], completions: Sequence[Any], url: str | None = None,
+                               settings_overrides: dict[str, Any] | None = None,
+                               client: AsyncGraderClient | None = None, **options: Any) -> list[GradeResult]:
+    slots = requests_for(zip(labels, completions, strict=True), **options)
+    return in_order(slots, await grade_requests_async(pending(slots), url, settings_overrides, client))

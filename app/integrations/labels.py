@@ -1,0 +1,86 @@
+"""Trainer labels to grade requests. Trainers carry the grading target in a dataset column
+(OpenRLHF ``labels``, verl ``ground_truth``, a TRL ``task_id`` column); it may be:
+
+- a task id: ``synthetic/3/17``;
+- JSON (a string or an already-decoded value): an inline reference object
+  ``{"values": [...], "tolerance": ...}`` or ``{"rows": [...]}``, an object with ``task_id``,
+  or a bare list of quantity strings ``["3.35 TB/s", "80 GB"]``.
+
+A label that cannot be read becomes an unscored ``invalid_request`` result for that item
+alone, never a failed batch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.api.schemas import GradeRequest
+from app.graders.result import GradeResult, Outcome
+
+
+class LabelError(ValueError):
+    """The label names no usable target."""
+
+
+def target_from_label(label: Any) -> dict[str, Any]:
+    """The grade-request fields a label stands for: {"task_id": ...} or {"reference": ...}."""
+    value = label
+    if isinstance(label, str):
+        text = label.strip()
+        if not text:
+            raise LabelError("empty label")
+        if text[0] not in "[{":
+            return {"task_id": text}
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise LabelError("label is neither a task id nor valid JSON") from None
+    if isinstance(value, list | tuple):
+        return {"reference": {"values": list(value)}}
+    if isinstance(value, dict):
+        if "task_id" in value:
+            return {"task_id": value["task_id"]}
+        return {"reference": value}
+    raise LabelError("a label is a task id, a JSON reference object or a list of quantities")
+
+
+def request_for_label(label: Any, completion: Any, **options: Any) -> GradeRequest:
+    """The grade request for one labelled completion; ``options`` are GradeRequest fields
+    (tolerance, judge, ...), None meaning "not given". LabelError if unusable."""
+    if label is None:
+        raise LabelError("no label for this item (a task id or a reference is needed)")
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        return GradeRequest.model_validate({**target_from_label(label), "completion": completion, **given})
+    except ValidationError as exc:
+        first = exc.errors(include_input=False)[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "label"
+        raise LabelError(f"{where}: {str(first.get('msg', 'invalid')).removeprefix('Value error, ')}") from None
+
+
+def unscored(detail: str) -> GradeResult:
+    return GradeResult(grading="unknown", outcome=Outcome.invalid_request, reward=0.0, explanation=detail[:200])
+
+
+def requests_for(pairs: Iterable[tuple[Any, Any]], **options: Any) -> list[GradeRequest | GradeResult]:
+    """Per (label, completion): its grade request, or the unscored result explaining why not."""
+    slots: list[GradeRequest | GradeResult] = []
+    for label, completion in pairs:
+        try:
+            slots.append(request_for_label(label, completion, **options))
+        except LabelError as problem:
+            slots.append(unscored(str(problem)))
+    return slots
+
+
+def pending(slots: Sequence[GradeRequest | GradeResult]) -> list[GradeRequest]:
+    return [s for s in slots if isinstance(s, GradeRequest)]
+
+
+def in_order(slots: Sequence[GradeRequest | GradeResult], graded: Iterable[GradeResult]) -> list[GradeResult]:
+    """Put the results of ``pending(slots)`` back among the refused items, in the original order."""
+    results: Iterator[GradeResult] = iter(graded)
+    return [next(results) if isinstance(s, GradeRequest) else s for s in slots]

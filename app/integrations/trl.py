@@ -1,0 +1,66 @@
+"""Reward functions for TRL's ``GRPOTrainer``.
+
+    from app.integrations.trl import make_reward_func
+    trainer = GRPOTrainer(..., reward_funcs=[make_reward_func("http://grader:8000")])
+
+TRL calls a reward function with keyword arguments: ``prompts``, ``completions`` (strings, or
+lists of chat messages for conversational datasets) and every other dataset column as a list
+(here the label column, ``task_id`` by default, holding task ids or JSON references). It
+expects one float per completion, ``None`` where the function has no verdict; an unscored
+grade (a judge fault, an unreadable label) is ``None`` so TRL leaves it out rather than
+learning from it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from app.graders.result import GradeResult
+from app.integrations.grading import grade_labelled, grade_labelled_async
+
+RewardFunc = Callable[..., list[float | None]]
+AsyncRewardFunc = Callable[..., Awaitable[list[float | None]]]
+
+
+def _rewards(results: Sequence[GradeResult]) -> list[float | None]:
+    return [r.reward if r.scored else None for r in results]
+
+
+def _labels(kwargs: dict[str, Any], column: str, n: int) -> Sequence[Any]:
+    labels = kwargs.get(column)
+    if labels is None:
+        raise KeyError(f"the dataset has no {column!r} column: TRL passes it to reward functions by name")
+    if len(labels) != n:
+        raise ValueError(f"{len(labels)} labels for {n} completions")
+    return labels
+
+
+def make_reward_func(service_url: str | None = None, *, label_column: str = "task_id",
+                     tolerance: float | None = None, judge: dict[str, str] | None = None,
+                     name: str = "scaling_grader") -> RewardFunc:
+    """A TRL reward function grading through ``service_url`` (else $SCALING_GRADER_URL, else
+    in-process). ``name`` is what TRL logs the reward under."""
+
+    def reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
+               **kwargs: Any) -> list[float | None]:
+        labels = _labels(kwargs, label_column, len(completions))
+        return _rewards(grade_labelled(labels, completions, service_url, tolerance=tolerance, judge=judge))
+
+    reward.__name__ = name
+    return reward
+
+
+def make_async_reward_func(service_url: str | None = None, *, label_column: str = "task_id",
+                           tolerance: float | None = None, judge: dict[str, str] | None = None,
+                           name: str = "scaling_grader") -> AsyncRewardFunc:
+    """The same reward as a coroutine function, for trainers that await reward functions
+    concurrently with generation."""
+
+    async def reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
+                     **kwargs: Any) -> list[float | None]:
+        labels = _labels(kwargs, label_column, len(completions))
+        results = await grade_labelled_async(labels, completions, service_url, tolerance=tolerance, judge=judge)
+        return _rewards(results)
+
+    reward.__name__ = name
+    return reward
