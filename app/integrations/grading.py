@@ -24,6 +24,16 @@ def service_url(explicit: str | None = None) -> str | None:
     return explicit or os.environ.get(URL_ENV) or None
 
 
+def judge_settings(judge_model: str | None, judge_base_url: str | None,
+                   judge_api_key_var: str | None) -> dict[str, Any] | None:
+    """Settings overrides letting in-process grading reach the judge given here (and only it)."""
+    if not judge_model:
+        return None
+    return {"judge": {"default_model": judge_model, "default_base_url": judge_base_url,
+                      "allowed_base_urls": [judge_base_url] if judge_base_url else [],
+                      "api_key_env": judge_api_key_var}}
+
+
 # One pooled client per (URL, thread): httpx clients are not meant to be shared across the
 # threads a trainer's reward workers may run in.
 _local = threading.local()

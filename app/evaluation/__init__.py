@@ -1,0 +1,1 @@
+"""Model evaluation: sample completions from an OpenAI-compatible endpoint, grade, report."""

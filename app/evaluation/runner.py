@@ -1,0 +1,99 @@
+"""Sample ``rollouts`` completions per task from an OpenAI-compatible chat endpoint, with bounded
+concurrency, and grade each one as it arrives. A sampling failure is recorded on its rollout
+(and left ungraded), never fatal to the run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.client import AsyncGraderClient
+from app.evaluation.progress import Progress
+from app.integrations.grading import grade_labelled_async, judge_settings
+from app.integrations.tasks import SYSTEM_PROMPT
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    model: str
+    base_url: str
+    api_key_var: str = "OPENAI_API_KEY"
+    rollouts: int = 1
+    concurrency: int = 16
+    temperature: float = 0.7
+    max_tokens: int = 4096
+    request_timeout: float = 600.0
+    max_retries: int = 3
+    seed: int = 0
+    service_url: str | None = None
+    tolerance: float | None = None
+    judge_model: str | None = None
+    judge_base_url: str | None = None
+    judge_api_key_var: str | None = None
+    system_prompt: str = SYSTEM_PROMPT
+
+
+def _usage(response: Any) -> dict[str, int]:
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return {}
+    return {k: getattr(usage, k) for k in ("prompt_tokens", "completion_tokens") if getattr(usage, k, None) is not None}
+
+
+async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
+    """One record per (task, rollout), in task order then rollout order."""
+    from openai import AsyncOpenAI, OpenAIError
+
+    llm = AsyncOpenAI(base_url=config.base_url, api_key=os.environ.get(config.api_key_var) or "EMPTY",
+                      timeout=config.request_timeout, max_retries=config.max_retries)
+    grader = AsyncGraderClient(config.service_url) if config.service_url else None
+    overrides = None if grader else judge_settings(config.judge_model, config.judge_base_url,
+                                                   config.judge_api_key_var)
+    judge = {"model": config.judge_model, "base_url": config.judge_base_url} if config.judge_model else None
+    gate = asyncio.Semaphore(config.concurrency)
+    correct = graded = 0
+
+    async def one(task: dict[str, Any], rollout: int) -> dict[str, Any]:
+        nonlocal correct, graded
+        record: dict[str, Any] = {
+            "task_id": task["id"], "split": task["split"], "chapter": task.get("chapter"),
+            "grading": task["grading"], "rollout": rollout, "model": config.model,
+        }
+        messages = [{"role": "system", "content": config.system_prompt}, {"role": "user", "content": task["prompt"]}]
+        start = time.perf_counter()
+        async with gate:
+            try:
+                response = await llm.chat.completions.create(
+                    model=config.model, messages=messages, temperature=config.temperature,
+                    max_tokens=config.max_tokens, seed=config.seed + rollout,
+                )
+                choice = response.choices[0]
+                record.update(completion=choice.message.content or "", finish_reason=choice.finish_reason,
+                              usage=_usage(response), sampling_error=None)
+            except OpenAIError as exc:
+                record.update(completion=None, finish_reason=None, usage={},
+                              sampling_error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        record["sample_seconds"] = round(time.perf_counter() - start, 4)
+        if record["sampling_error"] is None:
+            [result] = await grade_labelled_async([task["id"]], [record["completion"]], config.service_url,
+                                                  overrides, client=grader, tolerance=config.tolerance, judge=judge)
+            record.update(reward=result.reward if result.scored else None, outcome=result.outcome.value,
+                          scored=result.scored, extracted_answer=result.extracted_answer,
+                          explanation=result.explanation)
+            graded += result.scored
+            correct += result.outcome.value == "correct"
+        else:
+            record.update(reward=None, outcome=None, scored=False, extracted_answer=None, explanation=None)
+        progress.update(1)
+        progress.set_postfix_str(f"acc {correct / graded:.3f}" if graded else "")
+        return record
+
+    try:
+        return list(await asyncio.gather(*(one(t, k) for t in tasks for k in range(config.rollouts))))
+    finally:
+        await llm.close()
+        if grader is not None:
+            await grader.aclose()
