@@ -12,6 +12,7 @@ COMMAND_MODULES = [
     "app.commands.serve",
     "app.commands.tasks",
     "app.commands.worker",
+    "app.commands.tenant_key",
 ]
 
 
