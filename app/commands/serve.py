@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,6 +15,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,6 +38,11 @@ def run(args: argparse.Namespace) -> int:
         os.environ["SCALING_GRADER_PORT"] = str(args.port)
     get_settings.cache_clear()
     settings = get_settings()
+    if settings.tenants_file is None and not is_loopback(settings.host):
+        print("refusing to bind a non-loopback address without a tenants file: anyone could grade and "
+              "run code here. Set SCALING_GRADER_TENANTS_FILE (see README: Tenants), or bind 127.0.0.1.",
+              file=sys.stderr)
+        return 2
     uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
                 workers=args.workers, log_level=args.log_level, access_log=False)
     return 0

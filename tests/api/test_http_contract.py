@@ -137,3 +137,15 @@ def test_openapi_documents_the_grade_body(client: httpx.Client) -> None:
     schemas = spec["components"]["schemas"]
     assert {"task_id", "reference", "completion"} <= set(schemas[name]["properties"])
     assert "InlineReference" in schemas and "ChatMessage" in schemas
+
+
+def test_serve_refuses_a_public_bind_without_tenants() -> None:
+    import subprocess
+    import sys
+
+    from tests.support.server import ROOT
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "tenants file" in done.stderr
