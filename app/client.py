@@ -5,8 +5,10 @@ connections with exponential backoff and full jitter (a ``Retry-After`` header w
 server sends one), and split long lists into ``/v1/grade/batch`` (or ``/v1/rewards``) chunks
 whose results come back in the order given. Results are typed ``GradeResult`` objects.
 
-Grading is idempotent (the same item always gets the same verdict), which is what makes
-retrying a POST safe here."""
+Numeric and rows grading are deterministic, which makes retrying their POSTs safe. Judge and
+impl items are queued: give them a ``request_id`` so that a retried POST finds the job the first
+attempt created instead of queueing a second one. A queued item answered with a job id (202, or
+a pending entry in a batch) is polled on ``/v1/jobs/{id}`` until its result is ready."""
 
 from __future__ import annotations
 
@@ -22,13 +24,14 @@ from typing import Any
 import httpx
 
 from app.api.schemas import GradeRequest
-from app.graders.result import GradeResult
+from app.graders.result import GradeResult, Outcome
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 RETRY_ERRORS = (httpx.TimeoutException, httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
 
 GradeItem = GradeRequest | Mapping[str, Any]
+POLL_WAIT = 30.0  # seconds each job poll blocks on the server (long polling, not a busy loop)
 
 
 class GraderError(Exception):
@@ -147,15 +150,23 @@ class GraderClient(_Base):
             time.sleep(self.retry.delay(attempt, response, self._rng))
             attempt += 1
 
+    def result(self, body: Mapping[str, Any]) -> GradeResult:
+        """A grade response as a result, polling the job first if the service queued it (202)."""
+        while _is_pending(body):
+            view = self.request("GET", f"/v1/jobs/{body['job_id']}", params={"wait": POLL_WAIT})
+            if (done := _finished(view)) is not None:
+                return done
+        return GradeResult.model_validate(body)
+
     def grade(self, task_id: str | None = None, completion: Any = "", **fields: Any) -> GradeResult:
         body = {"task_id": task_id, "completion": completion, **fields}
-        return GradeResult.model_validate(self.request("POST", "/v1/grade", _payload(_drop_none(body))))
+        return self.result(self.request("POST", "/v1/grade", _payload(_drop_none(body))))
 
     def grade_batch(self, items: Sequence[GradeItem]) -> list[GradeResult]:
         results: list[GradeResult] = []
         for chunk in _chunks(items, self.batch_size):
             body = self.request("POST", "/v1/grade/batch", {"items": [_payload(i) for i in chunk]})
-            results.extend(GradeResult.model_validate(r) for r in body["results"])
+            results.extend(self.result(r) for r in body["results"])
         return results
 
     def rewards(self, items: Sequence[GradeItem]) -> list[float | None]:
@@ -214,14 +225,21 @@ class AsyncGraderClient(_Base):
             await asyncio.sleep(self.retry.delay(attempt, response, self._rng))
             attempt += 1
 
+    async def result(self, body: Mapping[str, Any]) -> GradeResult:
+        while _is_pending(body):
+            view = await self.request("GET", f"/v1/jobs/{body['job_id']}", params={"wait": POLL_WAIT})
+            if (done := _finished(view)) is not None:
+                return done
+        return GradeResult.model_validate(body)
+
     async def grade(self, task_id: str | None = None, completion: Any = "", **fields: Any) -> GradeResult:
         body = {"task_id": task_id, "completion": completion, **fields}
-        return GradeResult.model_validate(await self.request("POST", "/v1/grade", _payload(_drop_none(body))))
+        return await self.result(await self.request("POST", "/v1/grade", _payload(_drop_none(body))))
 
     async def grade_batch(self, items: Sequence[GradeItem]) -> list[GradeResult]:
         async def chunk(part: Sequence[GradeItem]) -> list[GradeResult]:
             body = await self.request("POST", "/v1/grade/batch", {"items": [_payload(i) for i in part]})
-            return [GradeResult.model_validate(r) for r in body["results"]]
+            return list(await asyncio.gather(*(self.result(r) for r in body["results"])))
 
         parts = await asyncio.gather(*(chunk(p) for p in _chunks(items, self.batch_size)))
         return [r for part in parts for r in part]
@@ -233,6 +251,20 @@ class AsyncGraderClient(_Base):
 
         parts = await asyncio.gather(*(chunk(p) for p in _chunks(items, self.batch_size)))
         return [r for part in parts for r in part]
+
+
+def _is_pending(body: Mapping[str, Any]) -> bool:
+    return "job_id" in body and "outcome" not in body
+
+
+def _finished(view: Mapping[str, Any]) -> GradeResult | None:
+    """The job's result once it has one; a failed job without one is an unscored error."""
+    if view.get("result") is not None:
+        return GradeResult.model_validate(view["result"])
+    if view.get("status") == "failed":
+        return GradeResult(grading="unknown", outcome=Outcome.error, reward=0.0,
+                           explanation=f"job {view.get('job_id')} failed without a result")
+    return None
 
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:

@@ -15,11 +15,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.routing import Route
 
+from app.api.auth import tenant_of
 from app.api.errors import ApiError
 from app.api.grade import parse_body
-from app.api.schemas import GradeBatchRequest
-from app.graders.result import Outcome
-from app.integrations.labels import in_order, pending, requests_for
+from app.api.schemas import GradeBatchRequest, GradeRequest
+from app.graders.result import GradeResult, Outcome
+from app.integrations.labels import in_order, pending, requests_for, settle
 from app.integrations.openrlhf import response_from_query
 
 
@@ -54,10 +55,20 @@ def _json(payload: object) -> Response:
     return Response(content=json.dumps(payload, separators=(",", ":")), media_type="application/json")
 
 
+async def _grade(request: Request, items: list[GradeRequest]) -> list[GradeResult]:
+    """Grade like /v1/grade/batch, but wait as long as the service allows for queued kinds
+    (unless an item sets its own wait): a reward endpoint answers with rewards, not job ids."""
+    if not items:
+        return []
+    longest = request.app.state.settings.limits.max_wait_seconds
+    items = [i if i.wait is not None else i.model_copy(update={"wait": longest}) for i in items]
+    return settle(await request.app.state.grading.grade_many(items, tenant_of(request)))
+
+
 async def rewards(request: Request) -> Response:
     batch = await parse_body(request, GradeBatchRequest)
     _check_size(request, len(batch.items))
-    results = await request.app.state.grading.grade_many(batch.items)
+    results = await _grade(request, batch.items)
     return _json({"rewards": [r.reward if r.scored else None for r in results]})
 
 
@@ -73,8 +84,7 @@ async def get_reward(request: Request) -> Response:
     labels = body.labels or [None] * n
     responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
     slots = requests_for(zip(labels, responses, strict=True))
-    todo = pending(slots)
-    results = in_order(slots, await request.app.state.grading.grade_many(todo) if todo else [])
+    results = in_order(slots, await _grade(request, pending(slots)))
     # OpenRLHF turns every list into a tensor, so no nulls: an unscored item gets 0.0 and the
     # `scored` mask in extra_logs says which rewards to trust.
     values = [r.reward if r.scored else 0.0 for r in results]

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from functools import lru_cache
 from typing import Any
 
 from app.api.schemas import GradeRequest
 from app.client import AsyncGraderClient, GraderClient
 from app.graders.result import GradeResult
-from app.integrations.labels import in_order, pending, requests_for
+from app.integrations.labels import in_order, pending, requests_for, settle
 
 URL_ENV = "SCALING_GRADER_URL"
 
@@ -61,6 +61,10 @@ def local_service(settings_overrides: dict[str, Any] | None = None) -> Any:
     return _service(Settings(**(settings_overrides or {})).model_dump_json())
 
 
+async def _settled(job: Awaitable[Sequence[Any]]) -> list[GradeResult]:
+    return settle(await job)
+
+
 def grade_requests(requests: Sequence[GradeRequest], url: str | None = None,
                    settings_overrides: dict[str, Any] | None = None) -> list[GradeResult]:
     """Grade in order, blocking; through the service if a URL is known, else in-process."""
@@ -69,7 +73,7 @@ def grade_requests(requests: Sequence[GradeRequest], url: str | None = None,
     url = service_url(url)
     if url:
         return sync_client(url).grade_batch(requests)
-    job = local_service(settings_overrides).grade_many(requests)
+    job = _settled(local_service(settings_overrides).grade_many(requests))
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -93,7 +97,7 @@ async def grade_requests_async(requests: Sequence[GradeRequest], url: str | None
     if url:
         async with AsyncGraderClient(url) as fresh:
             return await fresh.grade_batch(requests)
-    return await local_service(settings_overrides).grade_many(requests)
+    return await _settled(local_service(settings_overrides).grade_many(requests))
 
 
 def grade_labelled(labels: Sequence[Any], completions: Sequence[Any], url: str | None = None,

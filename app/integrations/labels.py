@@ -65,6 +65,15 @@ def unscored(detail: str) -> GradeResult:
     return GradeResult(grading="unknown", outcome=Outcome.invalid_request, reward=0.0, explanation=detail[:200])
 
 
+def settle(results: Iterable[Any]) -> list[GradeResult]:
+    """Grading results with any still-queued item (``JobPending``) as an unscored result: a
+    trainer needs a verdict now, and a job id is not one."""
+    from app.errors import JobPending
+
+    return [unscored(f"still queued when the wait ended (job {r.job_id})") if isinstance(r, JobPending) else r
+            for r in results]
+
+
 def requests_for(pairs: Iterable[tuple[Any, Any]], **options: Any) -> list[GradeRequest | GradeResult]:
     """Per (label, completion): its grade request, or the unscored result explaining why not."""
     slots: list[GradeRequest | GradeResult] = []
