@@ -13,6 +13,8 @@ COMMAND_MODULES = [
     "app.commands.tasks",
     "app.commands.worker",
     "app.commands.tenant_key",
+    "app.commands.eval",
+    "app.commands.export_bank",
 ]
 
 

@@ -1,0 +1,116 @@
+"""``scaling-grader export``: write any split's public task views to JSONL or Parquet, with a
+dataset card. Only what ``Task.public()`` shows leaves (plus the effective tolerance): never
+the gold answer, hidden cases, oracle code or private ``hidden`` fields.
+
+    scaling-grader export --split exam --format parquet --out export/exam
+    scaling-grader export --split synthetic -n 5000 --seed 3 --format jsonl"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+DEFAULT_GENERATED = 1000  # tasks written for an unlimited (generated) split unless -n says otherwise
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("export", help="write a split's public tasks and a dataset card to a directory")
+    p.add_argument("--split", default="synthetic")
+    p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
+    p.add_argument("--out", type=Path, help="output directory (default: export/<split>)")
+    p.add_argument("-n", type=int, help=f"number of tasks (default: all; {DEFAULT_GENERATED} of a generated split)")
+    p.add_argument("--seed", type=int, default=0, help="order (and, for a generated split, which tasks)")
+    p.add_argument("--chapters", help="comma-separated chapter filter")
+    p.set_defaults(func=run)
+
+
+def public_rows(split: str, *, n: int | None, seed: int, chapters: list[str] | None) -> list[dict[str, Any]]:
+    from app.settings import get_settings
+    from app.tasks.registry import get_bank
+
+    settings = get_settings()
+    bank = get_bank(split, settings)
+    count = n if n is not None else (bank.size() or DEFAULT_GENERATED)
+    return [{**task.public(), "tolerance": task.tolerance or settings.tolerance_for(task.split)}
+            for task in bank.batch(seed=seed, n=count, chapters=chapters)]
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path, fmt: str) -> None:
+    if fmt == "jsonl":
+        with path.open("w", encoding="utf-8") as out:
+            for row in rows:
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return
+    try:
+        from datasets import Dataset
+    except ImportError:
+        raise SystemExit("Parquet export needs: pip install 'scaling-grader[export]'") from None
+    # meta differs in shape from task to task (generator parameters): one JSON column keeps
+    # Arrow from having to unify the structs.
+    flat = [{**row, "meta": json.dumps(row["meta"], sort_keys=True)} for row in rows]
+    Dataset.from_list(flat).to_parquet(str(path))
+
+
+def dataset_card(split: str, description: str, rows: list[dict[str, Any]], data_file: str, fmt: str) -> str:
+    kinds = Counter(r["grading"] for r in rows)
+    chapters = Counter(r["chapter"] or "none" for r in rows)
+    meta_note = "a JSON string" if fmt == "parquet" else "an object"
+    lines = [
+        "---",
+        "license: mit",
+        f"pretty_name: scaling-grader {split} split",
+        "configs:",
+        "- config_name: default",
+        f"  data_files: {data_file}",
+        "---",
+        "",
+        f"# scaling-grader: `{split}` split",
+        "",
+        description,
+        "",
+        f"{len(rows)} tasks. Grading kinds: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ".",
+        "",
+        "| chapter | tasks |",
+        "|---|---:|",
+        *[f"| {name} | {count} |" for name, count in sorted(chapters.items())],
+        "",
+        "## Fields",
+        "",
+        "- `id`: stable task id; grade a completion with `POST /v1/grade {\"task_id\": id, \"completion\": ...}`",
+        "- `split`, `chapter` (a chapter of the book), `tags` (key-content items), `grading` (grading kind)",
+        "- `prompt`: the question as a model sees it",
+        f"- `meta`: public extras ({meta_note}); `tolerance`: relative tolerance numeric answers are graded at",
+        "",
+        "Reference answers, hidden test cases and oracle code are not in this export: rewards come",
+        "from the grading service, so the data can be shared without leaking the answers.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.integrations.tasks import parse_chapters
+    from app.settings import get_settings
+    from app.tasks.registry import UnknownSplit, get_bank
+
+    if args.n is not None and args.n < 1:
+        print("-n must be positive", file=sys.stderr)
+        return 2
+    try:
+        bank = get_bank(args.split, get_settings())
+    except UnknownSplit:
+        print(f"unknown split {args.split!r}", file=sys.stderr)
+        return 2
+    rows = public_rows(args.split, n=args.n, seed=args.seed, chapters=parse_chapters(args.chapters))
+    out: Path = args.out or Path("export") / args.split
+    out.mkdir(parents=True, exist_ok=True)
+    data_file = f"{args.split}.{args.format}"
+    write_rows(rows, out / data_file, args.format)
+    (out / "README.md").write_text(dataset_card(args.split, bank.description, rows, data_file, args.format),
+                                   encoding="utf-8")
+    print(f"{len(rows)} tasks -> {out / data_file} (card: {out / 'README.md'})")
+    return 0
