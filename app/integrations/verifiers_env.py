@@ -27,7 +27,6 @@ def dataset_rows(tasks: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{
         "question": t["prompt"],
         "answer": t["id"],
-        "task": f"scaling-grader/{t['split']}",
         "info": {"task_id": t["id"], "split": t["split"], "chapter": t.get("chapter") or "",
                  "grading": t["grading"]},
     } for t in tasks]
