@@ -223,7 +223,7 @@ def _dump(tasks: list[Task], exclusions: list[Exclusion], markers: dict[str, int
     payload = {
         "key": key,
         "markers": markers,
-        "exclusions": [e.__dict__ if hasattr(e, "__dict__") else _exclusion_dict(e) for e in exclusions],
+        "exclusions": [_exclusion_dict(e) for e in exclusions],
         "tasks": [
             {
                 "id": t.id, "prompt": t.prompt, "grading": t.grading,
@@ -282,3 +282,20 @@ def load_bank(settings: Settings, cache: BankCache | None = None) -> BookBank:
     bank = parse_bank(settings)
     cache.put(key, _dump(bank.tasks(), bank.exclusions, bank.markers, key))
     return bank
+
+
+def summary(bank: BookBank) -> dict[str, Any]:
+    """Size per chapter and grading kind, markers found, and every exclusion with its reason."""
+    per_chapter: dict[str, dict[str, int]] = {}
+    for name, n in bank.markers.items():
+        per_chapter[name] = {"markers": n, "numeric": 0, "judge": 0, "excluded": 0}
+    for t in bank.tasks():
+        per_chapter[t.chapter or ""][t.grading] += 1
+    for e in bank.exclusions:
+        per_chapter[e.chapter]["excluded"] += 1
+    return {
+        "size": bank.size(),
+        "grading": bank.info()["grading"],
+        "chapters": per_chapter,
+        "exclusions": [_exclusion_dict(e) for e in bank.exclusions],
+    }

@@ -173,14 +173,18 @@ def chip_records(tpus_text: str, gpus_text: str) -> dict[str, ChipRecord]:
     return {**tpu_records(tpus_text), **gpu_records(gpus_text)}
 
 
-# Names a question may use for each chip. A bare "v3" is not matched: "DeepSeek v3" is a model.
+# Names a question may use for each chip. A bare "v3" is not matched ("DeepSeek v3" is a model);
+# GPU names may be plural or glued to a count ("8xH100s") but not part of another ("GB200").
 _CHIP_PATTERNS: dict[str, re.Pattern[str]] = {
     "TPU v3": re.compile(r"\bTPU\s?v3\b"),
     "TPU v4p": re.compile(r"\bTPU\s?v4p?\b|\bv4p\b"),
     "TPU v5p": re.compile(r"\b(?:TPU\s?)?v5p\b"),
     "TPU v5e": re.compile(r"\b(?:TPU\s?)?v5e\b"),
     "TPU v6e": re.compile(r"\b(?:TPU\s?)?v6e\b"),
-    **{name: re.compile(rf"\b{name}\b") for name in ("V100", "A100", "H100", "H200", "B200")},
+    **{
+        name: re.compile(rf"(?<![A-Z0-9]){name}(?![0-9A-Za-rt-z])")
+        for name in ("V100", "A100", "H100", "H200", "B200")
+    },
 }
 
 
