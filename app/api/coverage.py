@@ -19,7 +19,7 @@ def coverage(
 ) -> dict[str, Any]:
     from app.tasks import registry
 
-    unknown = sorted(set(split or ()) - set(registry.split_names()))
-    if unknown:
-        raise HTTPException(status_code=400, detail=f"unknown split: {', '.join(unknown)[:200]}")
+    known = registry.split_names()
+    if set(split or ()) - set(known):
+        raise HTTPException(status_code=400, detail=f"unknown split; known splits: {', '.join(known)}")
     return compute_coverage(settings, split or None).as_dict()

@@ -86,13 +86,14 @@ def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str) -> 
         f"lines {first}-{q.line - 1}."
     )
     body = to_markdown(q.context.text(chapter.text))
-    budget = CONTEXT_MAX - len(where) - 2
+    elided = "[...]\n"
+    budget = CONTEXT_MAX - len(where) - len("\n\n") - len(elided)
     if len(body) > budget:
         body = body[-budget:]
         cut = body.find("\n\n")  # start at a paragraph, not mid-sentence
         if 0 <= cut < budget // 3:
             body = body[cut + 2 :]
-        body = "[...]\n" + body
+        body = elided + body
     return f"{where}\n\n{body}".strip() if body else where
 
 
