@@ -27,10 +27,6 @@ def relative_error(value: float, gold: float) -> float:
     return abs(value - gold) / abs(gold)
 
 
-def within(value: float, gold: float, tolerance: float) -> bool:
-    return math.isfinite(value) and relative_error(value, gold) <= tolerance
-
-
 def match_values(
     gold: Sequence[Quantity], offered: Sequence[Quantity], *, tolerance: float
 ) -> list[ValueVerdict]:
@@ -41,21 +37,24 @@ def match_values(
     verdicts = []
     for g in gold:
         k = used.get(g.dimension, 0)
-        candidates = by_dimension.get(g.dimension, [])
-        verdict = ValueVerdict(expected=g.text, expected_si=g.value, dimension=g.dimension)
+        candidates = by_dimension.get(g.dimension, ())
         if k < len(candidates):
             used[g.dimension] = k + 1
             q = candidates[k]
             err = relative_error(q.value, g.value)
-            verdict.extracted, verdict.extracted_si = q.text, q.value
-            verdict.relative_error = err if math.isfinite(err) else None
-            verdict.correct = within(q.value, g.value, tolerance)
-            verdict.reason = "within tolerance" if verdict.correct else f"off by {err:.3g} (relative)"
-        elif offered:
-            dims = sorted({q.dimension for q in offered})
-            verdict.reason = f"no value of dimension {g.dimension} in the answer (found {', '.join(dims)})"
+            ok = math.isfinite(err) and err <= tolerance
+            verdict = ValueVerdict(
+                expected=g.text, expected_si=g.value, dimension=g.dimension, extracted=q.text,
+                extracted_si=q.value, relative_error=err if math.isfinite(err) else None, correct=ok,
+                reason="within tolerance" if ok else f"off by {err:.3g} (relative)",
+            )
         else:
-            verdict.reason = "no value in the answer"
+            if offered:
+                dims = ", ".join(sorted({q.dimension for q in offered}))
+                reason = f"no value of dimension {g.dimension} in the answer (found {dims})"
+            else:
+                reason = "no value in the answer"
+            verdict = ValueVerdict(expected=g.text, expected_si=g.value, dimension=g.dimension, reason=reason)
         verdicts.append(verdict)
     return verdicts
 

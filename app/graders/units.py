@@ -10,6 +10,7 @@ Base units: byte, second, flop. Counts (chips, tokens, layers...) are dimensionl
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,12 +41,13 @@ DIMENSIONLESS = "dimensionless"
 
 # ---- lexical layer -------------------------------------------------------------------------
 
-_COUNT_WORDS = (
+# Counts are dimensionless: "256 chips" and "256" are the same answer to "how many chips".
+_COUNT_WORDS = frozenset(
     "chip chips token tokens tok toks layer layers param params parameter parameters device devices "
     "GPU GPUs gpu gpus TPU TPUs tpu tpus step steps sequence sequences seq seqs head heads example "
     "examples sample samples hop hops node nodes host hosts replica replicas core cores element "
-    "elements weight weights query queries request requests user users"
-).split()
+    "elements weight weights query queries request requests user users".split()
+)
 
 # Exact spellings -> pint expression. Case matters: "FLOPS" (rate) differs from "FLOPs" (count),
 # and "b" (bit) from "B" (byte).
@@ -146,6 +148,7 @@ _LATEX_SIMPLE = [
     (re.compile(r"\\(?:left|right|displaystyle)"), ""),
     (re.compile(r"\{,\}"), ","),
     (re.compile(r"\$"), " "),
+    (re.compile(r"[{}]"), ""),  # grouping braces left after the wrappers: "{2}", "10^{9}"
 ]
 
 
@@ -164,7 +167,7 @@ def normalise_text(text: str) -> str:
 
 # ---- scanning ------------------------------------------------------------------------------
 
-_EXP = r"[-+]?\d+"
+_EXP = r"[-+]?\d{1,4}"  # bounded: no exponent has more digits than this
 _NUMBER = re.compile(
     r"(?<![\w.^])(?P<sign>-)?(?:"
     rf"(?P<pbase>\d+)\s*\^\s*\{{?\s*(?P<pexp>{_EXP})\s*\}}?"  # 10^9, 2^{30}
@@ -178,17 +181,24 @@ _SEPARATOR = re.compile(r"\s*(/|\bper\b|·|\*)\s*")
 _MULTIPLIER = re.compile(r"\s*(thousand|million|billion|trillion|quadrillion|mn|bn|tn)\b", re.IGNORECASE)
 
 
+def _power(base: float, exponent: int) -> float:
+    try:
+        return math.pow(base, exponent)
+    except OverflowError:
+        return math.inf
+
+
 def _number_value(m: re.Match[str]) -> float:
+    """The number a match denotes, in floating point; huge exponents give inf, never a hang
+    (an integer power such as 10^99999999 would be computed exactly otherwise)."""
     if m.group("pbase") is not None:
-        value = float(int(m.group("pbase")) ** int(m.group("pexp"))) if int(m.group("pexp")) >= 0 else (
-            float(m.group("pbase")) ** int(m.group("pexp"))
-        )
+        value = _power(float(m.group("pbase")), int(m.group("pexp")))
     else:
         value = float(m.group("mant").replace(",", ""))
         if m.group("sci") is not None:
-            value *= 10.0 ** int(m.group("sci"))
+            value *= _power(10.0, int(m.group("sci")))
         if m.group("texp") is not None:
-            value *= 10.0 ** int(m.group("texp"))
+            value *= _power(10.0, int(m.group("texp")))
     return -value if m.group("sign") else value
 
 
@@ -251,6 +261,12 @@ def parse_quantity(text: str | float | int) -> Quantity:
         return Quantity(float(text), DIMENSIONLESS, repr(text))
     if not isinstance(text, str):
         raise ValueError("a quantity must be a string or a number")
+    return _parse_gold_text(text)
+
+
+@lru_cache(maxsize=65536)
+def _parse_gold_text(text: str) -> Quantity:
+    # Gold values repeat across the many completions graded per task; parse each once.
     found = find_quantities(text)
     if len(found) != 1:
         raise ValueError(f"expected one quantity in {text[:80]!r}, found {len(found)}")

@@ -1,0 +1,71 @@
+"""Errors to clients: short, typed, and never an echo of what was sent. FastAPI's default 422
+body repeats the offending input (which may be a completion or submitted code); ours names the
+field and the rule only."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """A request the service refuses, with the status and a short reason."""
+
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.error, self.detail = status, error, detail
+
+
+def error_response(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
+
+
+def _location(loc: tuple[object, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    return ".".join(parts) or "body"
+
+
+def describe_validation_errors(errors: list[dict[str, object]]) -> tuple[int, str, str]:
+    first = errors[0] if errors else {}
+    kind = str(first.get("type", ""))
+    if kind == "json_invalid":
+        return 400, "malformed_json", "the request body is not valid JSON (UTF-8)"
+    if kind == "missing" and tuple(first.get("loc", ())) == ("body",):  # type: ignore[arg-type]
+        return 400, "missing_body", "a JSON body is required"
+    messages = []
+    for e in errors[:5]:
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        messages.append(f"{_location(tuple(e.get('loc', ())))}: {msg}")  # type: ignore[arg-type]
+    more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+    return 422, "invalid_request", "; ".join(messages)[:500] + more
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.error, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, error, detail = describe_validation_errors(list(exc.errors()))
+        return error_response(status, error, detail)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        names = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+        error = names.get(exc.status_code, "http_error")
+        detail = str(exc.detail)[:200]
+        if exc.status_code == 400:  # FastAPI's body decoding failures (non-UTF-8 bytes)
+            error, detail = "malformed_body", "the request body could not be decoded as UTF-8 JSON"
+        return error_response(exc.status_code, error, detail, getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "the service failed on this request; it was logged")

@@ -1,0 +1,44 @@
+"""``scaling-grader tasks``: print a batch of public task views as JSON lines."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+# Further ``tasks <verb>`` subcommands: "module:function(tasks_subparsers)".
+TASKS_SUBCOMMANDS: list[str] = []
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("tasks", help="print a batch of tasks as JSON lines")
+    p.add_argument("--split", default="synthetic")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-n", type=int, default=16)
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--chapters", help="comma-separated chapter filter")
+    p.set_defaults(func=run)
+    if TASKS_SUBCOMMANDS:
+        verbs = p.add_subparsers(dest="tasks_command")
+        for entry in TASKS_SUBCOMMANDS:
+            module_name, func_name = entry.split(":")
+            getattr(importlib.import_module(module_name), func_name)(verbs)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.settings import get_settings
+    from app.tasks.registry import UnknownSplit, get_bank
+
+    if args.n < 1 or args.seed < 0 or args.offset < 0:
+        print("n must be positive; seed and offset non-negative", file=sys.stderr)
+        return 2
+    try:
+        bank = get_bank(args.split, get_settings())
+    except UnknownSplit:
+        print(f"unknown split {args.split!r}", file=sys.stderr)
+        return 2
+    chapters = [c for c in (args.chapters or "").split(",") if c] or None
+    for task in bank.batch(seed=args.seed, n=args.n, offset=args.offset, chapters=chapters):
+        sys.stdout.write(json.dumps(task.public()) + "\n")
+    return 0

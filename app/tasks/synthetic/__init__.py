@@ -1,0 +1,1 @@
+"""The synthetic split: unlimited, deterministic, regenerable from the task id alone."""

@@ -1,0 +1,139 @@
+"""The HTTP contract, through a real server process."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app.graders.units import parse_quantity
+
+
+@pytest.fixture(scope="module")
+def client(server_url):
+    with httpx.Client(base_url=server_url, timeout=30) as c:
+        yield c
+
+
+def _in_other_units(gold: list[str]) -> str:
+    out = []
+    for g in gold:
+        q = parse_quantity(g)
+        unit, scale = {"[information]": ("MiB", 2**20), "[time]": ("µs", 1e-6),
+                       "[operation]": ("GFLOPs", 1e9)}.get(q.dimension, (None, 1))
+        out.append(f"{q.value / scale:.8g} {unit}" if unit else g)
+    return "Final answer: " + ", ".join(out)
+
+
+def test_batch_of_four_tasks_round_trips(client: httpx.Client) -> None:
+    from app.tasks.synthetic.bank import SyntheticBank
+
+    body = client.get("/v1/tasks", params={"split": "synthetic", "seed": 3, "n": 4}).json()
+    assert body["n"] == 4 and len(body["tasks"]) == 4
+    for public in body["tasks"]:
+        assert "gold" not in public and "hidden" not in public
+        gold = list(SyntheticBank().get(public["id"]).gold)  # the oracle, in the test process
+        right = client.post("/v1/grade", json={"task_id": public["id"], "completion": _in_other_units(gold)})
+        assert right.status_code == 200 and right.json()["reward"] == 1.0, right.json()
+        q = parse_quantity(gold[0])
+        off = gold.copy()
+        off[0] = f"{q.value * 1.10!r} {gold[0].split(' ', 1)[1]}"
+        completion = "Final answer: " + ", ".join(off)
+        wrong = client.post("/v1/grade", json={"task_id": public["id"], "completion": completion})
+        assert wrong.json()["reward"] == 0.0 and wrong.json()["outcome"] == "incorrect"
+
+
+def test_grade_result_explains_itself(client: httpx.Client) -> None:
+    r = client.post("/v1/grade", json={"reference": {"values": ["3.35 TB/s", "80 GB"]},
+                                       "completion": "Final answer: 3350 GB/s, 81 GB"}).json()
+    assert r["outcome"] == "correct" and r["tolerance"] == 0.02
+    assert [v["extracted"] for v in r["values"]] == ["3350 GB/s", "81 GB"]
+    assert all(v["correct"] for v in r["values"])
+
+
+def test_inline_reference_tolerance_and_chat_completion(client: httpx.Client) -> None:
+    messages = [{"role": "user", "content": "question"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Final answer: 104 s"}]}]
+    loose = client.post("/v1/grade", json={"reference": {"values": ["100 s"], "tolerance": 0.05},
+                                           "completion": messages}).json()
+    strict = client.post("/v1/grade", json={"reference": {"values": ["100 s"]}, "completion": messages,
+                                            "tolerance": 0.01}).json()
+    assert (loose["reward"], strict["reward"]) == (1.0, 0.0)
+
+
+def test_batch_grading_keeps_order_and_isolates_bad_items(client: httpx.Client) -> None:
+    items = [
+        {"reference": {"values": ["1 s"]}, "completion": "Final answer: 1 s"},
+        {"task_id": "synthetic/0/nope", "completion": "Final answer: 1 s"},
+        {"reference": {"values": ["1 s"]}, "completion": "Final answer: 2 s"},
+    ]
+    results = client.post("/v1/grade/batch", json={"items": items}).json()["results"]
+    assert [r["outcome"] for r in results] == ["correct", "invalid_request", "incorrect"]
+
+
+def test_get_single_task_and_splits(client: httpx.Client) -> None:
+    task = client.get("/v1/tasks/synthetic/3/17").json()
+    assert task["id"] == "synthetic/3/17" and task["prompt"]
+    splits = {s["name"] for s in client.get("/v1/splits").json()["splits"]}
+    assert "synthetic" in splits
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status", "error"),
+    [
+        ("get", "/v1/tasks", {"params": {"split": "nope"}}, 404, "unknown_split"),
+        ("get", "/v1/tasks", {"params": {"n": -1}}, 422, "invalid_request"),
+        ("get", "/v1/tasks", {"params": {"n": 10**6}}, 422, "invalid_request"),
+        ("get", "/v1/tasks", {"params": {"seed": "x"}}, 422, "invalid_request"),
+        ("get", "/v1/tasks/synthetic/1/x", {}, 404, "unknown_task"),
+        ("post", "/v1/grade", {"json": {"task_id": "synthetic/1/99x", "completion": "x"}}, 404, "unknown_task"),
+        ("post", "/v1/grade", {"json": {"completion": "x"}}, 422, "invalid_request"),
+        ("post", "/v1/grade", {"json": {"task_id": "synthetic/1/1"}}, 422, "invalid_request"),
+        ("post", "/v1/grade", {"json": {"reference": {"values": ["not a number"]}, "completion": "x"}}, 422,
+         "invalid_reference"),
+        ("post", "/v1/grade", {"content": b'{"task_id": ', "headers": {"content-type": "application/json"}}, 400,
+         "malformed_json"),
+        ("post", "/v1/grade", {"content": b'{"task_id": "synthetic/1/1", "completion": "\xff\xfe"}',
+                               "headers": {"content-type": "application/json"}}, 400, None),
+        ("post", "/v1/grade", {"json": {"task_id": "synthetic/1/1", "completion": "a" * 10_000_000}}, 413,
+         "payload_too_large"),
+        ("post", "/v1/grade", {"json": {"task_id": "synthetic/1/1", "completion": "a" * 300_000}}, 413,
+         "completion_too_long"),
+        ("post", "/v1/grade/batch", {"json": {"items": []}}, 422, "invalid_request"),
+        ("delete", "/v1/grade", {}, 405, "method_not_allowed"),
+    ],
+)
+def test_bad_input_gets_a_short_4xx(client: httpx.Client, method, path, kwargs, status, error) -> None:
+    r = client.request(method.upper(), path, **kwargs)
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error", "detail"} and len(body["detail"]) <= 600
+    if error:
+        assert body["error"] == error
+    assert "Traceback" not in r.text and "aaaa" not in r.text
+
+
+def test_submitted_text_is_never_echoed(client: httpx.Client) -> None:
+    secret = "SECRET-CODE-" + "x" * 50
+    r = client.post("/v1/grade", json={"task_id": "synthetic/1/1", "completion": 42, "note": secret})
+    assert r.status_code == 422 and secret not in r.text
+
+
+def test_health_ready_metrics_docs(client: httpx.Client) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz").json()
+    assert ready["ready"] is True and ready["checks"]["mode"]["info"] == "embedded"
+    client.post("/v1/grade", json={"reference": {"values": ["1 s"]}, "completion": "Final answer: 1 s"})
+    metrics = client.get("/metrics").text
+    assert 'scaling_grader_grades_total{grading="numeric",outcome="correct",split="inline"}' in metrics
+    assert "scaling_grader_http_request_seconds_bucket" in metrics
+    assert client.get("/openapi.json").json()["info"]["title"] == "scaling-grader"
+    assert client.get("/docs").status_code == 200
+
+
+def test_openapi_documents_the_grade_body(client: httpx.Client) -> None:
+    spec = client.get("/openapi.json").json()
+    body = spec["paths"]["/v1/grade"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    name = body["$ref"].rsplit("/", 1)[1]
+    schemas = spec["components"]["schemas"]
+    assert {"task_id", "reference", "completion"} <= set(schemas[name]["properties"])
+    assert "InlineReference" in schemas and "ChatMessage" in schemas
