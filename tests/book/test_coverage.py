@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from fastapi import FastAPI
 
 from app.settings import get_settings
 from app.tasks import registry
@@ -125,8 +124,9 @@ def test_book_command_reports_a_bad_source_cleanly(tmp_path, monkeypatch, capsys
 @pytest.fixture
 def server(env_settings) -> Iterator[str]:
     from app.api.coverage import router
+    from app.main import create_app
 
-    app = FastAPI()
+    app = create_app(get_settings())
     app.include_router(router)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     srv = uvicorn.Server(config)
@@ -155,5 +155,6 @@ def test_coverage_endpoint(server: str, bank) -> None:
 
 def test_coverage_endpoint_rejects_unknown_split(server: str) -> None:
     r = httpx.get(f"{server}/v1/coverage", params={"split": "nope<script>"}, timeout=30)
-    assert r.status_code == 400
-    assert r.json() == {"detail": f"unknown split; known splits: {', '.join(registry.split_names())}"}
+    assert r.status_code == 404
+    known = ", ".join(registry.split_names())
+    assert r.json() == {"error": "unknown_split", "detail": f"unknown split; known: {known}"}

@@ -107,7 +107,7 @@ class TestDownload:
     def test_first_use_downloads_verifies_and_caches(self, mirror: Path, served, tmp_path: Path) -> None:
         root, base, requests = served
         _publish(mirror, root)
-        s = Settings(book_cache=tmp_path / "cache", book_base_url=base)
+        s = Settings(book_mirror=None, book_cache=tmp_path / "cache", book_base_url=base)
         loaded = load_chapters(s)
         assert sorted(requests) == sorted(f"/{COMMIT}/{n}.md" for n in CHAPTER_DIGESTS)
         for name in CHAPTER_DIGESTS:
@@ -118,7 +118,7 @@ class TestDownload:
     def test_second_use_reads_the_cache_not_the_network(self, mirror: Path, served, tmp_path: Path) -> None:
         root, base, requests = served
         _publish(mirror, root)
-        s = Settings(book_cache=tmp_path / "cache", book_base_url=base)
+        s = Settings(book_mirror=None, book_cache=tmp_path / "cache", book_base_url=base)
         load_chapters(s)
         n = len(requests)
         load_chapters(s)
@@ -129,7 +129,7 @@ class TestDownload:
         _publish(mirror, root)
         target = root / COMMIT / "inference.md"
         target.write_bytes(target.read_bytes().replace(b"TPU", b"TPX", 1))
-        s = Settings(book_cache=tmp_path / "cache", book_base_url=base)
+        s = Settings(book_mirror=None, book_cache=tmp_path / "cache", book_base_url=base)
         with pytest.raises(BookSourceError, match=r"inference\.md from http://127\.0\.0\.1:\d+/.*SHA-256"):
             load_chapters(s)
         assert not (cache_dir(s) / "inference.md").exists()
@@ -138,7 +138,7 @@ class TestDownload:
         root, base, _ = served
         _publish(mirror, root)
         (root / COMMIT / "profiling.md").unlink()
-        s = Settings(book_cache=tmp_path / "cache", book_base_url=base)
+        s = Settings(book_mirror=None, book_cache=tmp_path / "cache", book_base_url=base)
         with pytest.raises(BookSourceError, match=r"profiling\.md .* failed: HTTP 404"):
             load_chapters(s)
 
@@ -148,15 +148,15 @@ class TestDownload:
         with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        s = Settings(book_cache=tmp_path / "cache", book_base_url=f"http://127.0.0.1:{port}",
-                     book_download_timeout=2)
+        s = Settings(book_mirror=None, book_cache=tmp_path / "cache",
+                     book_base_url=f"http://127.0.0.1:{port}", book_download_timeout=2)
         with pytest.raises(BookSourceError, match=r"roofline\.md .* failed"):
             load_chapters(s)
 
     def test_edited_cache_file_is_refused(self, mirror: Path, served, tmp_path: Path) -> None:
         root, base, _ = served
         _publish(mirror, root)
-        s = Settings(book_cache=tmp_path / "cache", book_base_url=base)
+        s = Settings(book_mirror=None, book_cache=tmp_path / "cache", book_base_url=base)
         load_chapters(s)
         cached = cache_dir(s) / "tpus.md"
         cached.write_bytes(cached.read_bytes() + b"\n")
