@@ -5,30 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
-import uvicorn
 
 from app.settings import get_settings
 from app.tasks import registry
 from app.tasks.coverage import compute_coverage, key_content, render_markdown
-
-
-@pytest.fixture
-def env_settings(mirror: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The service's own settings path (environment -> get_settings) pointed at the mirror."""
-    monkeypatch.setenv("SCALING_GRADER_BOOK_MIRROR", str(mirror))
-    monkeypatch.setenv("SCALING_GRADER_BOOK_CACHE", str(tmp_path / "cache"))
-    get_settings.cache_clear()
-    registry.clear_cache()
-    yield
-    registry.clear_cache()
-    get_settings.cache_clear()
 
 
 def _tagged(bank, item: str) -> int:
@@ -119,29 +101,6 @@ def test_book_command_reports_a_bad_source_cleanly(tmp_path, monkeypatch, capsys
     finally:
         get_settings.cache_clear()
     assert "roofline.md is missing" in capsys.readouterr().out
-
-
-@pytest.fixture
-def server(env_settings) -> Iterator[str]:
-    from app.api.coverage import router
-    from app.main import create_app
-
-    app = create_app(get_settings())
-    app.include_router(router)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert srv.started
-    port = srv.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        thread.join(10)
 
 
 def test_coverage_endpoint(server: str, bank) -> None:
