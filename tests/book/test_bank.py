@@ -67,6 +67,15 @@ class TestPrompts:
             assert context.startswith("Source: *How To Scale Your Model*")
             assert f"{task.chapter}.md" in context.split("\n", 1)[0]
 
+    def test_code_fences_are_balanced(self, bank) -> None:
+        for task in bank.tasks():
+            # Opening/closing fence lines; a one-line ```code``` neither opens nor closes.
+            fences = [
+                s for s in (line.strip() for line in task.prompt.split("\n"))
+                if s.startswith("```") and not (len(s) > 6 and s.endswith("```"))
+            ]
+            assert len(fences) % 2 == 0, task.id
+
     def test_no_markup_left(self, bank) -> None:
         for task in bank.tasks():
             for leftover in ("{%", "<sub>", "<d-footnote", "<b ", "</b>", "figure.liquid"):

@@ -107,3 +107,38 @@ def test_indices_are_positions_and_labels_read_from_the_marker(chapters) -> None
 def test_parsing_twice_gives_the_same_spans(chapters) -> None:
     for name, chapter in chapters.items():
         assert parse_chapter(name, chapter.text) == parse_chapter(name, chapter.text)
+
+
+SYNTHETIC = """## Section A
+
+Some text.
+
+```py
+# a comment, not a heading
+x = 1
+```
+
+**Question 1 [first]:** What is x?
+
+{% details Click. %}
+
+It is 1. ```inline one-line fence```
+
+{% enddetails %}
+
+**Pop Quiz:** No answer here.
+
+# Next chapter part
+
+{% details Unrelated block after a heading %}
+not an answer
+{% enddetails %}
+"""
+
+
+def test_code_comments_are_not_headings_and_answers_stop_at_headings() -> None:
+    first, second = parse_chapter("x", SYNTHETIC)
+    assert first.section == "Section A" and first.title == "first"
+    assert first.answer is not None and "It is 1." in first.answer.text(SYNTHETIC)
+    assert second.label == "Pop Quiz" and second.answer is None
+    assert "Unrelated" not in second.question.text(SYNTHETIC)

@@ -19,7 +19,7 @@ from app.tasks.book.annotations import Annotation, AnnotationError, annotations_
 from app.tasks.book.cache import BankCache, DiskBankCache
 from app.tasks.book.hardware_tables import ChipRecord, chip_records, chips_named, table_headers
 from app.tasks.book.markdown import to_markdown
-from app.tasks.book.parser import PARSER_VERSION, ParsedQuestion, Span, parse_chapter
+from app.tasks.book.parser import DETAILS_OPEN, PARSER_VERSION, ParsedQuestion, Span, is_fence, parse_chapter
 from app.tasks.coverage import item_ids, key_content
 
 if TYPE_CHECKING:
@@ -85,16 +85,28 @@ def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str) -> 
         f"{source.REPOSITORY}@{source.COMMIT[:12]}), section \"{q.section or title}\", "
         f"lines {first}-{q.line - 1}."
     )
-    body = to_markdown(q.context.text(chapter.text))
+    # Earlier questions in the section keep their book answers as context; label them as such.
+    raw = DETAILS_OPEN.sub("\n\n*Answer given in the book:*\n\n", q.context.text(chapter.text))
+    body = to_markdown(raw)
     elided = "[...]\n"
     budget = CONTEXT_MAX - len(where) - len("\n\n") - len(elided)
     if len(body) > budget:
-        body = body[-budget:]
-        cut = body.find("\n\n")  # start at a paragraph, not mid-sentence
-        if 0 <= cut < budget // 3:
-            body = body[cut + 2 :]
+        body = _tail(body, budget)
         body = elided + body
     return f"{where}\n\n{body}".strip() if body else where
+
+
+def _tail(body: str, budget: int) -> str:
+    """The last `budget` characters, starting at a paragraph and never inside a code block."""
+    body = body[-budget:]
+    cut = body.find("\n\n")
+    if 0 <= cut < budget // 3:
+        body = body[cut + 2 :]
+    lines = body.split("\n")
+    fences = [i for i, line in enumerate(lines) if is_fence(line)]
+    if len(fences) % 2:  # the cut fell inside a fenced block: drop its orphaned remainder
+        body = "\n".join(lines[fences[0] + 1 :]).lstrip("\n")
+    return body
 
 
 def _hardware_block(

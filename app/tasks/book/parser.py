@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 # Bump whenever parsing or rendering changes what a task contains: it is part of the cache key.
-PARSER_VERSION = "3"
+PARSER_VERSION = "5"
 
 MARKER = re.compile(
     r"^(?:\*\*|<b\b[^>]*>)[ \t]*"
@@ -80,9 +80,37 @@ def _matching_end(text: str, open_match: re.Match[str]) -> tuple[int, int] | Non
     return None
 
 
-def _next_start(pattern: re.Pattern[str], text: str, pos: int, default: int) -> int:
-    m = pattern.search(text, pos)
-    return m.start() if m else default
+def is_fence(line: str) -> bool:
+    """A line opening or closing a fenced block (a one-line ```code``` is neither)."""
+    s = line.strip()
+    return s.startswith("```") and not (len(s) > 6 and s.endswith("```"))
+
+
+def _fenced_ranges(text: str) -> list[tuple[int, int]]:
+    """Character ranges of fenced code blocks: a "# comment" there is code, not a heading."""
+    ranges, start, pos = [], None, 0
+    for line in text.split("\n"):
+        if is_fence(line):
+            if start is None:
+                start = pos
+            else:
+                ranges.append((start, pos + len(line)))
+                start = None
+        pos += len(line) + 1
+    if start is not None:
+        ranges.append((start, len(text)))
+    return ranges
+
+
+def _in_code(ranges: list[tuple[int, int]], pos: int) -> bool:
+    return any(a <= pos < b for a, b in ranges)
+
+
+def _next_start(pattern: re.Pattern[str], text: str, pos: int, default: int, code: list[tuple[int, int]]) -> int:
+    for m in pattern.finditer(text, pos):
+        if not _in_code(code, m.start()):
+            return m.start()
+    return default
 
 
 FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.DOTALL)
@@ -105,11 +133,13 @@ def _context_start(sections: list[re.Match[str]], marker: int, body: int) -> int
 
 
 def parse_chapter(chapter: str, text: str) -> list[ParsedQuestion]:
-    markers = list(MARKER.finditer(text))
+    code = _fenced_ranges(text)
+    markers = [m for m in MARKER.finditer(text) if not _in_code(code, m.start())]
+    headings = [h for h in SECTION_HEADING.finditer(text) if not _in_code(code, h.start())]
     questions: list[ParsedQuestion] = []
     for i, m in enumerate(markers):
         next_marker = markers[i + 1].start() if i + 1 < len(markers) else len(text)
-        limit = min(next_marker, _next_start(HEADING, text, m.end(), len(text)))
+        limit = min(next_marker, _next_start(HEADING, text, m.end(), len(text), code))
         answer: Span | None = None
         question_end = limit
         opening = DETAILS_OPEN.search(text, m.end(), limit)
@@ -118,7 +148,7 @@ def parse_chapter(chapter: str, text: str) -> list[ParsedQuestion]:
             if ends is not None:
                 answer = Span(opening.end(), ends[0])
                 question_end = opening.start()
-        sections = [h for h in SECTION_HEADING.finditer(text, 0, m.start())]
+        sections = [h for h in headings if h.start() < m.start()]
         section = sections[-1].group("title").strip() if sections else None
         context_start = _context_start(sections, m.start(), _body_start(text))
         kind, num = m.group("kind"), m.group("num")
