@@ -230,22 +230,39 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
 
 
 # ---- (de)serialisation for the cache ------------------------------------------------------------
+# Questions in one section share most of their context, so texts are stored as lists of indices
+# into one table of distinct paragraphs: the entry is about a third of the size, and decoding it
+# (the whole cost of a cache hit) about three times faster.
+
+
+class _Paragraphs:
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def pack(self, text: str) -> list[int]:
+        return [self.index.setdefault(p, len(self.index)) for p in text.split("\n\n")]
 
 
 def _dump(tasks: list[Task], exclusions: list[Exclusion], markers: dict[str, int], key: str) -> bytes:
+    paragraphs = _Paragraphs()
+    packed = []
+    for t in tasks:
+        packed.append({
+            "id": t.id, "grading": t.grading, "chapter": t.chapter, "tags": list(t.tags),
+            "tolerance": t.tolerance, "meta": dict(t.meta),
+            "prompt": paragraphs.pack(t.prompt),
+            # Judge gold is the reference answer: stored once, as "reference".
+            "gold": list(t.gold) if t.grading == "numeric" else None,
+            "question": paragraphs.pack(t.hidden["question"]),
+            "reference": paragraphs.pack(t.hidden["reference"]),
+            "note": t.hidden.get("note"),
+        })
     payload = {
         "key": key,
         "markers": markers,
         "exclusions": [_exclusion_dict(e) for e in exclusions],
-        "tasks": [
-            {
-                "id": t.id, "prompt": t.prompt, "grading": t.grading,
-                "gold": list(t.gold) if t.grading == "numeric" else t.gold,
-                "chapter": t.chapter, "tags": list(t.tags), "tolerance": t.tolerance,
-                "meta": dict(t.meta), "hidden": dict(t.hidden),
-            }
-            for t in tasks
-        ],
+        "paragraphs": list(paragraphs.index),
+        "tasks": packed,
     }
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
@@ -258,15 +275,20 @@ def _load(payload: bytes, key: str) -> BookBank:
     data = json.loads(payload)
     if data.get("key") != key:
         raise ValueError("cache entry was written under another key")
-    tasks = [
-        Task(
-            id=t["id"], split=SPLIT, prompt=t["prompt"], grading=t["grading"],
-            gold=tuple(t["gold"]) if t["grading"] == "numeric" else t["gold"],
-            chapter=t["chapter"], tags=tuple(t["tags"]), tolerance=t["tolerance"],
-            meta=t["meta"], hidden=t["hidden"],
-        )
-        for t in data["tasks"]
-    ]
+    table = data["paragraphs"]
+
+    def text(indices: list[int]) -> str:
+        return "\n\n".join([table[i] for i in indices])
+
+    tasks = []
+    for t in data["tasks"]:
+        reference = text(t["reference"])
+        tasks.append(Task(
+            id=t["id"], split=SPLIT, prompt=text(t["prompt"]), grading=t["grading"],
+            gold=tuple(t["gold"]) if t["grading"] == "numeric" else reference,
+            chapter=t["chapter"], tags=tuple(t["tags"]), tolerance=t["tolerance"], meta=t["meta"],
+            hidden={"question": text(t["question"]), "reference": reference, "note": t["note"]},
+        ))
     exclusions = [Exclusion(**e) for e in data["exclusions"]]
     return BookBank(tasks, exclusions, key, dict(data["markers"]))
 
