@@ -17,6 +17,19 @@ log = logging.getLogger(__name__)
 _KEY = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temporary file and a rename, so a crash never leaves a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class BankCache(Protocol):
     def get(self, key: str) -> bytes | None:
         """The payload stored under key, or None."""
@@ -48,16 +61,7 @@ class DiskBankCache:
             return None
 
     def put(self, key: str, payload: bytes) -> None:
-        path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(payload)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            atomic_write(self._path(key), payload)
         except OSError as exc:  # a read-only cache directory costs a re-parse, not the service
             log.warning("bank cache: cannot write %s: %s", key, exc)

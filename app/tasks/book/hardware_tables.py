@@ -98,10 +98,23 @@ def _one(tables: list[Table], *needles: str) -> Table:
     return found[0]
 
 
-def tpu_records(text: str) -> dict[str, ChipRecord]:
-    tables = find_tables("tpus", text)
-    specs = _one(tables, "HBM capacity", "FLOPs/s/chip (bf16)")
-    ici = _one(tables, "ICI BW/link (bidi")
+# The five spec tables, found by the columns only they have: key -> (chapter, header needles).
+TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tpus:specs": ("tpus", ("HBM capacity", "FLOPs/s/chip (bf16)")),
+    "tpus:ici": ("tpus", ("ICI BW/link (bidi",)),
+    "gpus:memory": ("gpus", ("HBM capacity/chip", "Generation")),
+    "gpus:flops": ("gpus", ("HBM BW/chip", "FLOPs/s/chip (bf16")),
+    "gpus:nvlink": ("gpus", ("Node GPU to GPU bandwidth",)),
+}
+
+
+def spec_tables(tpus_text: str, gpus_text: str) -> dict[str, Table]:
+    found = {"tpus": find_tables("tpus", tpus_text), "gpus": find_tables("gpus", gpus_text)}
+    return {key: _one(found[chapter], *needles) for key, (chapter, needles) in TABLES.items()}
+
+
+def _tpu_records(tables: dict[str, Table]) -> dict[str, ChipRecord]:
+    specs, ici = tables["tpus:specs"], tables["tpus:ici"]
     out: dict[str, ChipRecord] = {}
     for cells, line in specs.rows:
         name = cells[specs.column("Model")]
@@ -122,11 +135,8 @@ def tpu_records(text: str) -> dict[str, ChipRecord]:
     return out
 
 
-def gpu_records(text: str) -> dict[str, ChipRecord]:
-    tables = find_tables("gpus", text)
-    memory = _one(tables, "HBM capacity/chip", "Generation")
-    flops = _one(tables, "HBM BW/chip", "FLOPs/s/chip (bf16")
-    nvlink = _one(tables, "Node GPU to GPU bandwidth")
+def _gpu_records(tables: dict[str, Table]) -> dict[str, ChipRecord]:
+    memory, flops, nvlink = tables["gpus:memory"], tables["gpus:flops"], tables["gpus:nvlink"]
     out: dict[str, ChipRecord] = {}
     for cells, line in memory.rows:
         name = cells[memory.column("GPU")]
@@ -157,20 +167,12 @@ def gpu_records(text: str) -> dict[str, ChipRecord]:
 
 def table_headers(tpus_text: str, gpus_text: str) -> dict[str, tuple[str, str]]:
     """Table key -> (header line, separator line), to print rows under their own header."""
-    t = find_tables("tpus", tpus_text)
-    g = find_tables("gpus", gpus_text)
-    chosen = {
-        "tpus:specs": _one(t, "HBM capacity", "FLOPs/s/chip (bf16)"),
-        "tpus:ici": _one(t, "ICI BW/link (bidi"),
-        "gpus:memory": _one(g, "HBM capacity/chip", "Generation"),
-        "gpus:flops": _one(g, "HBM BW/chip", "FLOPs/s/chip (bf16"),
-        "gpus:nvlink": _one(g, "Node GPU to GPU bandwidth"),
-    }
-    return {key: (table.header_line, table.separator_line) for key, table in chosen.items()}
+    return {key: (t.header_line, t.separator_line) for key, t in spec_tables(tpus_text, gpus_text).items()}
 
 
 def chip_records(tpus_text: str, gpus_text: str) -> dict[str, ChipRecord]:
-    return {**tpu_records(tpus_text), **gpu_records(gpus_text)}
+    tables = spec_tables(tpus_text, gpus_text)
+    return {**_tpu_records(tables), **_gpu_records(tables)}
 
 
 # Names a question may use for each chip. A bare "v3" is not matched ("DeepSeek v3" is a model);

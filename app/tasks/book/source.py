@@ -8,13 +8,13 @@ way. Any mismatch, missing file or failed download is fatal: there is no unverif
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+
+from app.tasks.book.cache import atomic_write
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -110,19 +110,6 @@ def _download(client: httpx.Client, url: str, chapter: str) -> bytes:
     return response.content
 
 
-def _store(path: Path, data: bytes) -> None:
-    """Write atomically, so a crash never leaves a half-written chapter in the cache."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def cache_dir(settings: Settings) -> Path:
     return Path(settings.book_cache) / COMMIT
 
@@ -147,7 +134,7 @@ def load_chapters(settings: Settings, chapters: tuple[str, ...] = CHAPTERS) -> d
             for name in missing:
                 data = _download(client, raw_url(settings.book_base_url, name), name)
                 _check(data, name, raw_url(settings.book_base_url, name))
-                _store(cache / filename(name), data)
+                atomic_write(cache / filename(name), data)
     for name in chapters:
         # Cached files are verified on every load too: a cache edited by hand is refused, not trusted.
         out[name] = Chapter(name, _read_local(cache / filename(name), name, "cache"), CHAPTER_DIGESTS[name])
