@@ -1,6 +1,6 @@
 """From a grade request to a GradeResult: resolve the task (by id or from an inline reference),
-then grade inline (numeric, rows) or off the event loop (judge, impl). The HTTP layer and the
-reward adapters all come through here, so every entry point grades the same way."""
+then grade inline (numeric, rows) or through the job backend (judge, impl). The HTTP layer and
+the reward adapters all come through here, so every entry point grades the same way."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-import anyio
-
-from app.api.errors import ApiError
 from app.api.schemas import GradeRequest, completion_text
+from app.errors import ApiError, JobPending
 from app.graders import dispatch
+from app.graders.dispatch import JudgeSpec
 from app.graders.result import GradeResult, Outcome
 from app.graders.units import parse_quantity
+from app.jobs.base import JobBackend, body_digest
+from app.jobs.execute import job_payload
 from app.observability import record_grade
 from app.settings import Settings
 from app.tasks.base import INLINE_KINDS, Task, UnknownTask
 from app.tasks.registry import resolve_task
+from app.tenants import LOCAL_TENANT, Tenant
 
 
 def task_from_reference(request: GradeRequest) -> Task:
@@ -35,11 +37,33 @@ def task_from_reference(request: GradeRequest) -> Task:
     return Task(id="", split="", prompt="", grading="rows", gold=reference.rows, tolerance=reference.tolerance)
 
 
+def make_job_backend(settings: Settings) -> JobBackend:
+    if settings.redis_url:
+        from app.jobs.redis_jobs import RedisJobs
+
+        return RedisJobs(settings)
+    from app.jobs.embedded import EmbeddedJobs
+
+    return EmbeddedJobs(settings)
+
+
+def apply_tenant_judge(request: GradeRequest, tenant: Tenant) -> GradeRequest:
+    """The tenant's default judge when the request names none; refusal of a base URL outside the
+    tenant's list, so a tenant cannot aim the service at addresses its operator did not allow."""
+    judge = request.judge
+    if judge is None and tenant.judge_model:
+        base = tenant.judge_base_urls[0] if tenant.judge_base_urls else None
+        return request.model_copy(update={"judge": JudgeSpec(model=tenant.judge_model, base_url=base)})
+    restricted = tenant is not LOCAL_TENANT
+    if judge is not None and judge.base_url and restricted and judge.base_url not in tenant.judge_base_urls:
+        raise ApiError(403, "judge_not_allowed", "this judge base URL is not allowed for this tenant")
+    return request
+
+
 class GradingService:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, jobs: JobBackend | None = None) -> None:
         self.settings = settings
-        # Bound the threads that queued kinds may occupy in embedded mode.
-        self._limiter = anyio.CapacityLimiter(8)
+        self.jobs = jobs if jobs is not None else make_job_backend(settings)
 
     def prepare(self, request: GradeRequest) -> tuple[Task, str]:
         text = completion_text(request.completion)
@@ -61,19 +85,44 @@ class GradingService:
         record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start)
         return result
 
-    async def grade(self, request: GradeRequest) -> GradeResult:
+    async def grade(self, request: GradeRequest, tenant: Tenant = LOCAL_TENANT) -> GradeResult:
+        """The result, or JobPending if queued work outlasts the request's wait."""
+        request = apply_tenant_judge(request, tenant)
         task, text = self.prepare(request)
-        if task.grading in INLINE_KINDS:
+        inline = task.grading in INLINE_KINDS
+        if inline and request.request_id is None:
             return self.grade_now(task, text, request)
-        return await anyio.to_thread.run_sync(self.grade_now, task, text, request, limiter=self._limiter)
+        digest = body_digest(request.model_dump_json(exclude={"request_id", "wait"}))
+        claim = await self.jobs.claim(tenant.name, request.request_id, digest)
+        if claim.new:
+            if inline:
+                result = self.grade_now(task, text, request)
+                result.job_id = claim.job_id
+                await self.jobs.store(tenant.name, claim.job_id, result)
+                return result
+            await self.jobs.enqueue(tenant.name, claim.job_id, task.grading, job_payload(request, tenant.name),
+                                    tenant.max_in_flight)
+        wait = self.settings.queue.default_wait if request.wait is None else request.wait
+        view = await self.jobs.view(tenant.name, claim.job_id, min(wait, self.settings.limits.max_wait_seconds))
+        if view is None:  # the claim expired between the calls: treat as gone rather than guess
+            raise ApiError(404, "unknown_job", "the job for this request is no longer known")
+        if view.result is not None:
+            return view.result
+        raise JobPending(view.job_id, view.status)
 
-    async def grade_many(self, requests: Sequence[GradeRequest]) -> list[GradeResult]:
-        """Grade in order; a bad item becomes an unscored invalid_request, not a failed batch."""
+    async def grade_many(self, requests: Sequence[GradeRequest],
+                         tenant: Tenant = LOCAL_TENANT) -> list[GradeResult | JobPending]:
+        """Grade in order; a bad item becomes an unscored invalid_request, not a failed batch;
+        an item still queued when its wait ends is returned as JobPending."""
 
-        async def one(request: GradeRequest) -> GradeResult:
+        async def one(request: GradeRequest) -> GradeResult | JobPending:
             try:
-                return await self.grade(request)
+                return await self.grade(request, tenant)
+            except JobPending as pending:
+                return pending
             except ApiError as problem:
+                if problem.status in (429, 503):
+                    raise  # capacity problems concern the whole batch: the client should back off
                 return GradeResult(task_id=request.task_id, grading="unknown", outcome=Outcome.invalid_request,
                                    reward=0.0, explanation=problem.detail)
 

@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import grade, health, tasks
+from app.api import grade, health, jobs, tasks
+from app.api.auth import TenantMiddleware
 from app.api.errors import install_error_handlers
 from app.grading import GradingService
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
+from app.ratelimit import RateLimiter
 from app.settings import Settings, get_settings
 from app.tasks.registry import get_bank
+from app.tenants import load_tenants
 
 
-def _readiness_checks(settings: Settings) -> dict[str, Callable[[], tuple[bool, Any]]]:
+def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, Callable[[], Any]]:
     def synthetic() -> tuple[bool, Any]:
         bank = get_bank("synthetic", settings)
         return True, {"families": len(bank.info()["families"])}
 
-    return {"synthetic": synthetic, "mode": lambda: (True, "redis" if settings.redis_url else "embedded")}
+    return {
+        "synthetic": synthetic,
+        "mode": lambda: (True, "redis" if settings.redis_url else "embedded"),
+        "queue": grading.jobs.ready,
+    }
 
 
 def _document_hand_parsed_bodies(app: FastAPI) -> None:
@@ -41,16 +49,26 @@ def _document_hand_parsed_bodies(app: FastAPI) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="scaling-grader", version=__version__,
+    tenants = load_tenants(settings.tenants_file) if settings.tenants_file else None
+    grading = GradingService(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await grading.jobs.close()
+
+    app = FastAPI(title="scaling-grader", version=__version__, lifespan=lifespan,
                   description="Grading service for RL and evaluation on the JAX scaling book")
     app.state.settings = settings
-    app.state.grading = GradingService(settings)
-    app.state.readiness_checks = _readiness_checks(settings)
+    app.state.grading = grading
+    app.state.readiness_checks = _readiness_checks(settings, grading)
     app.router.routes[0:0] = grade.ROUTES  # first: matched in order, and grading is the hot path
-    for module in (tasks, health):
+    for module in (tasks, jobs, health):
         app.include_router(module.router)
     install_error_handlers(app)
     _document_hand_parsed_bodies(app)
+    redis_client = getattr(grading.jobs, "_async", None)
+    app.add_middleware(TenantMiddleware, tenants=tenants, limiter=RateLimiter(redis_client))
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes)
     return app

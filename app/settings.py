@@ -30,6 +30,20 @@ class Limits(BaseModel):
     max_wait_seconds: float = Field(60.0, ge=0)
 
 
+class QueueSettings(BaseModel):
+    """Queued grading (judge, impl). Heartbeats and maintenance are seconds, not RQ's minutes, so
+    a job held by a worker that died is retried quickly."""
+
+    default_wait: float = Field(30.0, ge=0, description="seconds a grade request blocks for queued work")
+    result_ttl: int = Field(3600, gt=0, description="seconds results and idempotency keys are kept")
+    job_timeout: int = Field(900, gt=0, description="backstop deadline of one grading job")
+    retries: int = Field(2, ge=0, description="re-runs of a job whose worker died or that failed")
+    heartbeat_interval: float = Field(1.0, gt=0)
+    heartbeat_grace: int = Field(3, gt=0, description="missed-heartbeat seconds before a job is abandoned")
+    maintenance_interval: int = Field(2, gt=0, description="how often workers look for abandoned jobs")
+    embedded_threads: int = Field(4, gt=0, description="embedded mode: threads grading queued kinds")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SCALING_GRADER_", env_nested_delimiter="__", extra="ignore"
@@ -39,6 +53,9 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     # Absent means the embedded default: queued kinds are graded in-process.
     redis_url: str | None = None
+    # TOML listing tenants and their hashed keys; absent = single user, loopback only.
+    tenants_file: Path | None = None
+    queue: QueueSettings = QueueSettings()
     tolerances: Tolerances = Tolerances()
     limits: Limits = Limits()
     # Where verified copies of the pinned book chapters are kept, and an optional offline mirror.

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-# async: a plain def dependency would hop to the threadpool on every request (the grading hot path).
 from app.grading import GradingService
 from app.settings import Settings
 
 
+# async: a plain def dependency hops to the threadpool on every request.
 async def get_app_settings(request: Request) -> Settings:
     return request.app.state.settings
 

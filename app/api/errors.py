@@ -11,15 +11,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.errors import ApiError
+
+__all__ = ["ApiError", "describe_validation_errors", "error_response", "install_error_handlers"]
 log = logging.getLogger(__name__)
-
-
-class ApiError(Exception):
-    """A request the service refuses, with the status and a short reason."""
-
-    def __init__(self, status: int, error: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.error, self.detail = status, error, detail
 
 
 def error_response(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -49,7 +44,7 @@ def describe_validation_errors(errors: list[dict[str, object]]) -> tuple[int, st
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.error, exc.detail)
+        return error_response(exc.status, exc.error, exc.detail, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

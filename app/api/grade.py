@@ -7,6 +7,7 @@ directly. OpenAPI still documents both (see ``openapi_paths``)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -14,8 +15,10 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from starlette.routing import Route
 
+from app.api.auth import tenant_of
 from app.api.errors import ApiError, describe_validation_errors
 from app.api.schemas import GradeBatchRequest, GradeRequest
+from app.errors import JobPending
 from app.graders.result import GradeResult
 
 PREFIX = "/v1"
@@ -35,9 +38,16 @@ def _json(payload: str) -> Response:
     return Response(content=payload, media_type="application/json")
 
 
+def pending_json(pending: JobPending) -> str:
+    return json.dumps({"job_id": pending.job_id, "status": pending.status, "poll": f"{PREFIX}/jobs/{pending.job_id}"})
+
+
 async def grade(request: Request) -> Response:
     body = await parse_body(request, GradeRequest)
-    result = await request.app.state.grading.grade(body)
+    try:
+        result = await request.app.state.grading.grade(body, tenant_of(request))
+    except JobPending as pending:
+        return Response(pending_json(pending), status_code=202, media_type="application/json")
     return _json(result.model_dump_json())
 
 
@@ -46,8 +56,9 @@ async def grade_batch(request: Request) -> Response:
     limit = request.app.state.settings.limits.max_grades_per_batch
     if len(batch.items) > limit:
         raise ApiError(422, "invalid_request", f"at most {limit} items per batch")
-    results = await request.app.state.grading.grade_many(batch.items)
-    return _json('{"results":[' + ",".join(r.model_dump_json() for r in results) + "]}")
+    results = await request.app.state.grading.grade_many(batch.items, tenant_of(request))
+    parts = [pending_json(r) if isinstance(r, JobPending) else r.model_dump_json() for r in results]
+    return _json('{"results":[' + ",".join(parts) + "]}")
 
 
 # Added to the application's own router (see main.py), ahead of the included routers: a route
@@ -78,6 +89,7 @@ def openapi_paths() -> tuple[dict[str, Any], dict[str, Any]]:
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref(body)}}},
             "responses": {
                 "200": {"description": "the verdict", "content": {"application/json": {"schema": ref(response)}}},
+                "202": {"description": "queued work still running after `wait`: {job_id, status, poll}"},
                 "4XX": {"description": "refused: {error, detail}"},
             },
         }}

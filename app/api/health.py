@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -19,12 +20,13 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-def readyz(request: Request) -> JSONResponse:
+async def readyz(request: Request) -> JSONResponse:
     checks: dict[str, Any] = {}
     ready = True
     for name, check in request.app.state.readiness_checks.items():
         try:
-            ok, info = check()
+            outcome = check()
+            ok, info = (await outcome) if inspect.isawaitable(outcome) else outcome
         except Exception as exc:  # a failing check is a reason, not a crash
             ok, info = False, f"{type(exc).__name__}"
         checks[name] = {"ok": ok, "info": info}

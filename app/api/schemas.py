@@ -66,6 +66,11 @@ class GradeRequest(BaseModel):
     all_or_nothing: bool = False
     partial_credit: bool = False
     judge: JudgeSpec | None = None
+    request_id: str | None = Field(
+        None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$",
+        description="idempotency key: a retry with the same id gets the same job and result",
+    )
+    wait: float | None = Field(None, ge=0, description="seconds to block for queued work before a 202")
 
     @model_validator(mode="after")
     def _target(self) -> GradeRequest:

@@ -46,6 +46,7 @@ class ValueVerdict(BaseModel):
 
 class GradeResult(BaseModel):
     task_id: str | None = None
+    job_id: str | None = None  # set when the grade went through the job store (queued or idempotent)
     split: str | None = None
     grading: str
     outcome: Outcome

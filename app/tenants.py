@@ -1,0 +1,76 @@
+"""Tenants: who may call, how often, how much queued work each may hold, and which judge
+endpoints each may reach. Keys are stored as SHA-256 digests: they are random 256-bit tokens,
+so a fast hash is enough and the file holds nothing a reader could replay."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    rate_per_second: float = math.inf
+    burst: int = 1
+    max_in_flight: int | None = None
+    judge_model: str | None = None
+    judge_base_urls: tuple[str, ...] = field(default_factory=tuple)
+
+
+# The single user of a deployment without a tenants file.
+LOCAL_TENANT = Tenant("local")
+
+
+class TenantsFileError(ValueError):
+    pass
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> tuple[str, str]:
+    """(key to hand to the tenant, digest to put in the tenants file)."""
+    key = "sg_" + secrets.token_urlsafe(32)
+    return key, hash_key(key)
+
+
+def load_tenants(path: Path) -> dict[str, Tenant]:
+    """Key digest -> tenant. Refuses files that would be ambiguous or unsafe."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TenantsFileError(f"cannot read tenants file {path}: {exc}") from None
+    by_digest: dict[str, Tenant] = {}
+    names: set[str] = set()
+    for i, entry in enumerate(data.get("tenant", [])):
+        name = entry.get("name")
+        if not name or name in names:
+            raise TenantsFileError(f"tenant #{i + 1}: a unique 'name' is required")
+        names.add(name)
+        digests = entry.get("key_sha256", [])
+        digests = [digests] if isinstance(digests, str) else digests
+        if not digests or any(len(d) != 64 for d in digests):
+            raise TenantsFileError(f"tenant {name!r}: 'key_sha256' must hold SHA-256 hex digests")
+        tenant = Tenant(
+            name=name,
+            rate_per_second=float(entry.get("rate_per_second", 50)),
+            burst=int(entry.get("burst", 100)),
+            max_in_flight=int(entry.get("max_in_flight", 256)),
+            judge_model=entry.get("judge_model"),
+            judge_base_urls=tuple(entry.get("judge_base_urls", ())),
+        )
+        if tenant.rate_per_second <= 0 or tenant.burst < 1:
+            raise TenantsFileError(f"tenant {name!r}: rate_per_second and burst must be positive")
+        for digest in digests:
+            if digest.lower() in by_digest:
+                raise TenantsFileError(f"tenant {name!r}: a key digest is listed twice")
+            by_digest[digest.lower()] = tenant
+    if not by_digest:
+        raise TenantsFileError(f"tenants file {path} lists no tenant")
+    return by_digest

@@ -1,0 +1,1 @@
+"""The RQ worker: entry point (main.py) and job functions (jobs.py)."""

@@ -1,0 +1,86 @@
+"""``scaling-grader worker``: an RQ worker for the judge and impl queues.
+
+It runs jobs in its own process (RQ's SimpleWorker), which keeps the sandbox's warm pool alive
+across jobs, and beats a heartbeat from a side thread while a job runs, with a TTL of seconds:
+if this process is killed, another worker's maintenance (every few seconds) finds the job
+abandoned and re-queues it. RQ's defaults would wait minutes."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from typing import Any
+
+from rq import Queue, SimpleWorker
+from rq.job import Job
+from rq.serializers import JSONSerializer
+from rq.timeouts import UnixSignalDeathPenalty
+from rq.worker import WorkerStatus
+
+from app.jobs.redis_jobs import sync_connection
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+QUEUES = ("impl", "judge")
+
+
+class GradingDeadline(BaseException):
+    """A job ran past its backstop deadline. BaseException, so no broad handler inside the job
+    can swallow it."""
+
+
+class DeadlinePenalty(UnixSignalDeathPenalty):
+    """RQ's SIGALRM deadline raising GradingDeadline; this is the only owner of SIGALRM in a worker."""
+
+    def __init__(self, timeout: float, exception: Any = None, **kwargs: Any) -> None:
+        super().__init__(timeout, GradingDeadline, **kwargs)
+
+
+class GradingWorker(SimpleWorker):
+    death_penalty_class = DeadlinePenalty
+    heartbeat_grace = 3
+
+    def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
+        return int(self.job_monitoring_interval) + self.heartbeat_grace
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        execution = self.prepare_execution(job)
+        stop = threading.Event()
+        beat = threading.Thread(target=self._beat, args=(job, execution, stop), name="heartbeat", daemon=True)
+        beat.start()
+        try:
+            self.perform_job(job, queue, execution)
+        finally:
+            stop.set()
+            beat.join()
+        self.set_state(WorkerStatus.IDLE)
+
+    def _beat(self, job: Job, execution: Any, stop: threading.Event) -> None:
+        while not stop.wait(self.job_monitoring_interval):
+            try:
+                self.maintain_heartbeats(job, execution)
+            except Exception:  # a missed beat only risks a re-run, which is harmless
+                log.warning("heartbeat for job %s failed", job.id, exc_info=True)
+
+
+def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str | None = None) -> GradingWorker:
+    if not settings.redis_url:
+        raise SystemExit("the worker needs SCALING_GRADER_REDIS_URL")
+    connection = sync_connection(settings.redis_url)
+    worker = GradingWorker(
+        [Queue(q, connection=connection, serializer=JSONSerializer) for q in queues],
+        connection=connection,
+        serializer=JSONSerializer,
+        name=name,
+        job_monitoring_interval=max(1, math.ceil(settings.queue.heartbeat_interval)),
+        maintenance_interval=settings.queue.maintenance_interval,
+    )
+    worker.heartbeat_grace = settings.queue.heartbeat_grace
+    return worker
+
+
+def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None) -> int:
+    worker = build_worker(settings, queues, name)
+    worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+    return 0
