@@ -34,3 +34,13 @@ def test_splits_lists_the_book(server: str, bank) -> None:
     splits = {s["name"]: s for s in httpx.get(f"{server}/v1/splits", timeout=30).json()["splits"]}
     assert splits["book"]["size"] == bank.size()
     assert splits["book"]["excluded"] == len(bank.exclusions)
+
+
+def test_grade_a_book_task_over_http(server: str) -> None:
+    right = httpx.post(f"{server}/v1/grade", json={"task_id": "book/tpus/q1", "completion": "Final answer: 10.4 ms"},
+                       timeout=30)
+    assert right.status_code == 200, right.text
+    assert right.json()["reward"] == 1.0 and right.json()["outcome"] == "correct"
+    wrong = httpx.post(f"{server}/v1/grade", json={"task_id": "book/tpus/q1", "completion": "Final answer: 1 ms"},
+                       timeout=30)
+    assert wrong.json()["reward"] == 0.0 and wrong.json()["outcome"] == "incorrect"
