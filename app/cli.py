@@ -13,6 +13,8 @@ COMMAND_MODULES = [
     "app.commands.tasks",
     "app.commands.worker",
     "app.commands.tenant_key",
+    "app.commands.coverage",
+    "app.commands.book",
 ]
 
 

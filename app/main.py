@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import grade, health, jobs, tasks
+from app.api import coverage, grade, health, jobs, tasks
 from app.api.auth import TenantMiddleware
 from app.api.errors import install_error_handlers
 from app.grading import GradingService
@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.grading = grading
     app.state.readiness_checks = _readiness_checks(settings, grading)
     app.router.routes[0:0] = grade.ROUTES  # first: matched in order, and grading is the hot path
-    for module in (tasks, jobs, health):
+    for module in (tasks, jobs, coverage, health):
         app.include_router(module.router)
     install_error_handlers(app)
     _document_hand_parsed_bodies(app)
