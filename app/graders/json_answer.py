@@ -8,6 +8,7 @@ Reasoning inside ``<think>`` is never an answer, and neither is code in other fe
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from dataclasses import dataclass
@@ -68,19 +69,67 @@ def _parse(text: str) -> tuple[Any, str | None]:
     return value, None
 
 
-def _last_bare_object(text: str) -> Any:
-    """The last top-level JSON object with a "rows" key; objects nested in others don't count."""
-    found = None
-    i = text.find("{")
-    while i != -1:
-        try:
-            value, end = _DECODER.raw_decode(text, i)
-        except (ValueError, RecursionError):
-            i = text.find("{", i + 1)
+_SPECIAL = re.compile(r'[{}"\\]')
+# Inside braces a quote opens a JSON string only where JSON allows one (after { [ , or :), so an
+# apostrophe-like quote in prose between a stray brace and the answer does not derail the scan.
+_STRING_CONTEXT = re.compile(r"[{\[,:]\s*\Z")
+
+
+def _brace_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every balanced {...} span, sorted by start. Quotes count only inside braces,
+    so prose around the JSON cannot put the scan out of step. One pass: linear in the text."""
+    stack: list[int] = []
+    spans: list[tuple[int, int]] = []
+    in_string = False
+    escaped_until = -1
+    for m in _SPECIAL.finditer(text):
+        pos, c = m.start(), m.group()
+        if pos < escaped_until:
             continue
+        if in_string:
+            if c == "\\":
+                escaped_until = pos + 2
+            elif c == '"':
+                in_string = False
+        elif c == "{":
+            stack.append(pos)
+        elif c == "}" and stack:
+            spans.append((stack.pop(), pos + 1))
+        elif c == '"' and stack and _STRING_CONTEXT.search(text, max(0, pos - 64), pos):
+            in_string = True
+    spans.sort()
+    return spans
+
+
+def _last_bare_object(text: str) -> Any:
+    """The last top-level JSON object with a "rows" key; objects nested in others don't count.
+
+    Only balanced spans are parsed, and a span containing a point where an enclosing span
+    already failed to parse is skipped (it would fail at the same point), so degenerate output
+    such as thousands of braces costs linear time, not quadratic."""
+    found = None
+    parsed_until = 0
+    failures: list[int] = []
+    for start, end in _brace_spans(text):
+        if start < parsed_until:
+            continue  # inside an object already read: not top-level
+        k = bisect.bisect_right(failures, start)
+        if k < len(failures) and failures[k] < end:
+            continue
+        try:
+            value = _DECODER.decode(text[start:end])
+        except json.JSONDecodeError as exc:
+            bisect.insort(failures, start + exc.pos)
+            continue
+        except ValueError:  # an integer too long to convert
+            bisect.insort(failures, start + 1)
+            continue
+        except RecursionError:  # nested too deep to be an answer: skip everything inside it
+            parsed_until = end
+            continue
+        parsed_until = end
         if isinstance(value, dict) and "rows" in value:
             found = value
-        i = text.find("{", end)
     return found
 
 
