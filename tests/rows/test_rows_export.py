@@ -8,8 +8,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 from app.commands import export as export_command
 from app.tasks.rows.export import EXPORT_FIELDS, export
 
@@ -47,6 +45,7 @@ def test_jsonl_export_matches_bank_and_card(tmp_path: Path, bank) -> None:
 
 def test_parquet_export_round_trips_through_datasets(tmp_path: Path) -> None:
     import datasets  # in the test extra: this test must run, never skip
+
     paths = export(tmp_path, "parquet")
     assert paths[0].name == "tasks.parquet"
     ds = datasets.Dataset.from_parquet(str(paths[0]))
