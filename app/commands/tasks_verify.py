@@ -26,7 +26,9 @@ def run(args: argparse.Namespace) -> int:
     if args.write_expected:
         print(f"wrote {write_expected()}")
     report = verify()
-    if args.json:
+    if args.markdown:
+        print(markdown_table(report))
+    elif args.json:
         print(
             json.dumps(
                 {
@@ -54,10 +56,26 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def markdown_table(report) -> str:
+    """One line per task: what it asks and which wrong formulas it was shown to reject."""
+    from app.tasks.rows.catalog import ALL_SPECS
+
+    titles = {s.task_id: s for s in ALL_SPECS}
+    lines = ["| id | category | task | wrong answers rejected | verified |", "|---|---|---|---|---|"]
+    for t in report.tasks:
+        spec = titles.get(t.task_id)
+        rejected = ", ".join(_SHORT[k] for k in _SHORT if t.checks.get(k) == "ok")
+        category, title = (spec.category, spec.title) if spec else ("", "")
+        lines.append(f"| {t.task_id} | {category} | {title} | {rejected} | {'yes' if t.ok else 'NO'} |")
+    lines.append(f"\n{report.passed}/{len(report.tasks)} tasks verified")
+    return "\n".join(lines)
+
+
 def add_verify(tasks_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = tasks_subparsers.add_parser("verify", help="verify the rows bank's reference solutions")
     p.add_argument("--split", default="tasks", help="split to verify (only 'tasks')")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--markdown", action="store_true", help="print the report as a markdown table")
     p.add_argument(
         "--write-expected",
         action="store_true",

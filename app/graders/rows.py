@@ -59,6 +59,8 @@ def _shown(value: Any) -> Any:
 
 def compare_value(gold: Any, got: Any, *, tolerance: float) -> str | None:
     """None when ``got`` matches ``gold``, else the reason it does not."""
+    if type(got) is type(gold) and got == gold:  # the common case: an exact match (never NaN)
+        return None
     if gold is None or isinstance(gold, bool | str):
         if type(got) is type(gold) and got == gold:
             return None

@@ -138,6 +138,13 @@ def test_verify_command(capsys) -> None:
     assert _verify_cli(["tasks", "verify", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["ok"], doc["passed"], len(doc["tasks"])) == (True, 35, 35)
+    assert _verify_cli(["tasks", "verify", "--markdown"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("| yes |") == 35
+    assert (
+        "| sc-024 | sharding | Data-parallel gradient all-reduce" in table
+        and "ring, mac, bf16, x2, 1e-6" in table
+    )
 
 
 def test_verify_command_fails_on_drift(tmp_path: Path, monkeypatch, capsys) -> None:
