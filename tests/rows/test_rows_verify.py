@@ -153,7 +153,6 @@ def test_verify_command_fails_on_drift(tmp_path: Path, monkeypatch, capsys) -> N
     path = tmp_path / "expected.json"
     path.write_text(json.dumps(doc))
     monkeypatch.setattr(verify_mod, "EXPECTED_PATH", path)
-    monkeypatch.setattr(verify_mod.verify, "__defaults__", (path,))
     assert _verify_cli(["tasks", "verify"]) == 1
     out = capsys.readouterr().out
     assert "tasks/sc-016  FAIL" in out and "34/35 tasks verified" in out

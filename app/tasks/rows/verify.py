@@ -166,7 +166,8 @@ def check_task(rt: RowsTask, stored: Mapping[str, Any] | None) -> TaskReport:
     return report
 
 
-def verify(expected_path: Path = EXPECTED_PATH) -> VerifyReport:
+def verify(expected_path: Path | None = None) -> VerifyReport:
+    expected_path = expected_path or EXPECTED_PATH
     stored = load_expected(expected_path) if expected_path.exists() else {}
     tasks = build_tasks()
     reports = [check_task(rt, stored.get(rt.task_id)) for rt in tasks]
