@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "app.commands.tenant_key",
     "app.commands.coverage",
     "app.commands.book",
+    "app.commands.export",
 ]
 
 

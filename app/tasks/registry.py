@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 SPLIT_LOADERS: dict[str, str] = {
     "synthetic": "app.tasks.synthetic.bank:load_bank",
     "book": "app.tasks.book.bank:load_bank",
+    "tasks": "app.tasks.rows.bank:load_bank",
 }
 
 

@@ -10,8 +10,8 @@ import time
 
 import httpx
 import pytest
-
 from app.tasks.impl import reference
+
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker
@@ -85,7 +85,7 @@ def test_jobs_survive_a_redis_restart(redis_server) -> None:
     env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
         job_ids = []
-        for i in range(6):
+        for _ in range(6):
             r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 0})
             assert r.status_code == 202
             job_ids.append(r.json()["job_id"])
@@ -106,8 +106,8 @@ def test_redis_outage_keeps_inline_grading_and_recovers() -> None:
     env = {"SCALING_GRADER_REDIS_URL": server.url, **FAST_QUEUE}
     try:
         with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
-            numeric = client.post("/v1/grade", json={"reference": {"values": ["2 s"]}, "completion": "Final answer: 2 s",
-                                                     "request_id": "during-outage"})
+            body = {"reference": {"values": ["2 s"]}, "completion": "Final answer: 2 s", "request_id": "outage"}
+            numeric = client.post("/v1/grade", json=body)
             assert numeric.status_code == 200 and numeric.json()["reward"] == 1.0
             queued = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT})
             assert queued.status_code == 503 and "Redis is unreachable" in queued.json()["detail"]
