@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from app.tasks.base import FiniteBank, Task
 from app.tasks.book import source
 from app.tasks.book.annotations import Annotation, AnnotationError, annotations_digest, load_annotations
-from app.tasks.book.cache import BankCache, DiskBankCache
+from app.tasks.book.cache import BankCache, DiskBankCache, LayeredBankCache, RedisBankCache
 from app.tasks.book.hardware_tables import ChipRecord, chip_records, chips_named, table_headers
 from app.tasks.book.markdown import to_markdown
 from app.tasks.book.parser import DETAILS_OPEN, PARSER_VERSION, ParsedQuestion, Span, is_fence, parse_chapter
@@ -294,7 +294,10 @@ def _load(payload: bytes, key: str) -> BookBank:
 
 
 def default_cache(settings: Settings) -> BankCache:
-    return DiskBankCache(Path(settings.book_cache) / "parsed")
+    disk = DiskBankCache(Path(settings.book_cache) / "parsed")
+    if settings.redis_url:
+        return LayeredBankCache(disk, RedisBankCache(settings.redis_url))
+    return disk
 
 
 def parse_bank(settings: Settings) -> BookBank:

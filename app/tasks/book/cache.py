@@ -65,3 +65,48 @@ class DiskBankCache:
             atomic_write(self._path(key), payload)
         except OSError as exc:  # a read-only cache directory costs a re-parse, not the service
             log.warning("bank cache: cannot write %s: %s", key, exc)
+
+
+class RedisBankCache:
+    """Parsed banks in Redis, shared by every API replica and worker: one parse per source,
+    parser and annotations version for the whole deployment. Redis failures degrade to a miss."""
+
+    PREFIX = "sg:bank:"
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._redis.get(self.PREFIX + key)
+        except Exception as exc:  # redis-py raises several families; any of them is a miss here
+            log.warning("bank cache: Redis unavailable for %s: %s", key, type(exc).__name__)
+            return None
+
+    def put(self, key: str, payload: bytes) -> None:
+        try:
+            self._redis.set(self.PREFIX + key, payload)
+        except Exception as exc:
+            log.warning("bank cache: cannot store %s in Redis: %s", key, type(exc).__name__)
+
+
+class LayeredBankCache:
+    """Look in each cache in order; fill the faster ones from a slower hit; store in all."""
+
+    def __init__(self, *layers: BankCache) -> None:
+        self.layers = layers
+
+    def get(self, key: str) -> bytes | None:
+        for i, layer in enumerate(self.layers):
+            payload = layer.get(key)
+            if payload is not None:
+                for faster in self.layers[:i]:
+                    faster.put(key, payload)
+                return payload
+        return None
+
+    def put(self, key: str, payload: bytes) -> None:
+        for layer in self.layers:
+            layer.put(key, payload)
