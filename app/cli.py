@@ -13,8 +13,10 @@ COMMAND_MODULES = [
     "app.commands.tasks",
     "app.commands.worker",
     "app.commands.tenant_key",
+    "app.commands.coverage",
+    "app.commands.book",
+    "app.commands.export_bank",  # `export`: every split (the tasks split through app.tasks.rows.export)
     "app.commands.eval",
-    "app.commands.export_bank",
 ]
 
 

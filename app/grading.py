@@ -23,7 +23,7 @@ from app.tasks.registry import resolve_task
 from app.tenants import LOCAL_TENANT, Tenant
 
 
-def task_from_reference(request: GradeRequest) -> Task:
+def task_from_reference(request: GradeRequest, settings: Settings) -> Task:
     reference = request.reference
     assert reference is not None
     if reference.values is not None:
@@ -34,7 +34,12 @@ def task_from_reference(request: GradeRequest) -> Task:
                 raise ApiError(422, "invalid_reference", f"reference.values[{i}] is not a single quantity") from None
         return Task(id="", split="", prompt="", grading="numeric", gold=tuple(reference.values),
                     tolerance=reference.tolerance)
-    return Task(id="", split="", prompt="", grading="rows", gold=reference.rows, tolerance=reference.tolerance)
+    from app.graders.rows import InvalidRowsReference, reference_task
+
+    try:
+        return reference_task({"rows": reference.rows}, settings)
+    except InvalidRowsReference as exc:
+        raise ApiError(422, "invalid_reference", str(exc)[:200]) from None
 
 
 def make_job_backend(settings: Settings) -> JobBackend:
@@ -76,7 +81,7 @@ class GradingService:
             except UnknownTask:
                 raise ApiError(404, "unknown_task", "no task has this id") from None
         else:
-            task = task_from_reference(request)
+            task = task_from_reference(request, self.settings)
         return task, text
 
     def grade_now(self, task: Task, text: str, request: GradeRequest) -> GradeResult:

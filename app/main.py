@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import grade, health, jobs, rewards, tasks
+from app.api import coverage, grade, health, jobs, rewards, tasks
 from app.api.auth import TenantMiddleware
 from app.api.errors import install_error_handlers
 from app.grading import GradingService
@@ -64,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.readiness_checks = _readiness_checks(settings, grading)
     app.router.routes[0:0] = grade.ROUTES  # first: matched in order, and grading is the hot path
     app.router.routes[len(grade.ROUTES):len(grade.ROUTES)] = rewards.ROUTES  # issue 8: reward endpoints
-    for module in (tasks, jobs, health):
+    for module in (tasks, jobs, coverage, health):
         app.include_router(module.router)
     install_error_handlers(app)
     _document_hand_parsed_bodies(app)

@@ -2,12 +2,16 @@
 dataset card. Only what ``Task.public()`` shows leaves (plus the effective tolerance): never
 the gold answer, hidden cases, oracle code or private ``hidden`` fields.
 
+The ``tasks`` split keeps its own published format (``app.tasks.rows.export``: records with the
+expected rows, which that split publishes by design, and its own card).
+
     scaling-grader export --split exam --format parquet --out export/exam
     scaling-grader export --split synthetic -n 5000 --seed 3 --format jsonl"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections import Counter
@@ -19,13 +23,29 @@ DEFAULT_GENERATED = 1000  # tasks written for an unlimited (generated) split unl
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="write a split's public tasks and a dataset card to a directory")
-    p.add_argument("--split", default="synthetic")
+    p.add_argument("--split", default="tasks")
     p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
     p.add_argument("--out", type=Path, help="output directory (default: export/<split>)")
     p.add_argument("-n", type=int, help=f"number of tasks (default: all; {DEFAULT_GENERATED} of a generated split)")
     p.add_argument("--seed", type=int, default=0, help="order (and, for a generated split, which tasks)")
     p.add_argument("--chapters", help="comma-separated chapter filter")
     p.set_defaults(func=run)
+
+
+OWN_FORMAT = ("tasks",)
+
+
+def export_own_format(args: argparse.Namespace) -> int:
+    from app.tasks.rows.export import ExportUnavailable, export
+
+    try:
+        paths = export(args.out or Path("export") / args.split, args.format)
+    except ExportUnavailable as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0
 
 
 def public_rows(split: str, *, n: int | None, seed: int, chapters: list[str] | None) -> list[dict[str, Any]]:
@@ -45,10 +65,7 @@ def write_rows(rows: list[dict[str, Any]], path: Path, fmt: str) -> None:
             for row in rows:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
         return
-    try:
-        from datasets import Dataset
-    except ImportError:
-        raise SystemExit("Parquet export needs: pip install 'scaling-grader[export]'") from None
+    from datasets import Dataset
     # meta differs in shape from task to task (generator parameters): one JSON column keeps
     # Arrow from having to unify the structs.
     flat = [{**row, "meta": json.dumps(row["meta"], sort_keys=True)} for row in rows]
@@ -97,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     from app.settings import get_settings
     from app.tasks.registry import UnknownSplit, get_bank
 
+    if args.split in OWN_FORMAT:
+        return export_own_format(args)
     if args.n is not None and args.n < 1:
         print("-n must be positive", file=sys.stderr)
         return 2
@@ -106,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"unknown split {args.split!r}", file=sys.stderr)
         return 2
     rows = public_rows(args.split, n=args.n, seed=args.seed, chapters=parse_chapters(args.chapters))
+    if args.format == "parquet" and importlib.util.find_spec("datasets") is None:
+        print("Parquet export needs the datasets package: pip install 'scaling-grader[export]'", file=sys.stderr)
+        return 2
     out: Path = args.out or Path("export") / args.split
     out.mkdir(parents=True, exist_ok=True)
     data_file = f"{args.split}.{args.format}"

@@ -8,7 +8,7 @@ import json
 import sys
 
 # Further ``tasks <verb>`` subcommands: "module:function(tasks_subparsers)".
-TASKS_SUBCOMMANDS: list[str] = []
+TASKS_SUBCOMMANDS: list[str] = ["app.commands.tasks_verify:add_verify"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -21,14 +21,20 @@ class Extraction:
     source: str  # "final_line" or "boxed"
 
 
-def strip_non_answers(completion: str) -> str:
+def strip_thinking(completion: str) -> str:
+    """The completion without its reasoning trace; empty if the thinking never finished."""
     text = _THINK_CLOSED.sub(" ", completion)
     # Templates that open thinking implicitly leave only a closing tag: drop what precedes it.
     close = text.lower().rfind("</think>")
     if close != -1:
-        text = text[close + len("</think>") :]
-    elif "<think>" in text.lower():  # thinking never finished: no committed answer
+        return text[close + len("</think>") :]
+    if "<think>" in text.lower():  # thinking never finished: no committed answer
         return ""
+    return text
+
+
+def strip_non_answers(completion: str) -> str:
+    text = strip_thinking(completion)
     text = _FENCE.sub(" ", text)
     return _INLINE_CODE.sub(" ", text)
 

@@ -27,6 +27,12 @@ def relative_error(value: float, gold: float) -> float:
     return abs(value - gold) / abs(gold)
 
 
+def within(value: float, gold: float, tolerance: float) -> bool:
+    """Finite and within the relative tolerance (absolute when the gold is zero)."""
+    err = relative_error(value, gold)
+    return math.isfinite(err) and err <= tolerance
+
+
 def match_values(
     gold: Sequence[Quantity], offered: Sequence[Quantity], *, tolerance: float
 ) -> list[ValueVerdict]:
@@ -42,7 +48,7 @@ def match_values(
             used[g.dimension] = k + 1
             q = candidates[k]
             err = relative_error(q.value, g.value)
-            ok = math.isfinite(err) and err <= tolerance
+            ok = within(q.value, g.value, tolerance)
             verdict = ValueVerdict(
                 expected=g.text, expected_si=g.value, dimension=g.dimension, extracted=q.text,
                 extracted_si=q.value, relative_error=err if math.isfinite(err) else None, correct=ok,

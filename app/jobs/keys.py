@@ -11,6 +11,10 @@ def result(job_id: str) -> str:
     return f"{PREFIX}:result:{job_id}"
 
 
+def attempts(job_id: str) -> str:
+    return f"{PREFIX}:attempts:{job_id}"
+
+
 def owner(job_id: str) -> str:
     return f"{PREFIX}:owner:{job_id}"
 

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 # the synthetic split never imports JAX or touches the network.
 SPLIT_LOADERS: dict[str, str] = {
     "synthetic": "app.tasks.synthetic.bank:load_bank",
+    "book": "app.tasks.book.bank:load_bank",
+    "tasks": "app.tasks.rows.bank:load_bank",
 }
 
 

@@ -149,3 +149,24 @@ def test_serve_refuses_a_public_bind_without_tenants() -> None:
     done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "tenants file" in done.stderr
+
+
+def test_rows_split_served_and_graded_over_http(client: httpx.Client) -> None:
+    import json as _json
+
+    from app.settings import Settings
+    from app.tasks.rows.bank import load_bank
+
+    batch = client.get("/v1/tasks", params={"split": "tasks", "n": 3, "seed": 2}).json()["tasks"]
+    assert len(batch) == 3 and all(t["grading"] == "rows" for t in batch)
+    bank = load_bank(Settings())
+    for public in batch:
+        rows = bank.get(public["id"]).gold
+        answer = "Working...\n```json\n" + _json.dumps({"rows": rows}) + "\n```"
+        right = client.post("/v1/grade", json={"task_id": public["id"], "completion": answer}).json()
+        assert right["outcome"] == "correct" and right["reward"] == 1.0
+    inline = client.post("/v1/grade", json={"reference": {"rows": [{"x": 1.5, "ok": True}]},
+                                            "completion": '{"rows": [{"ok": true, "x": 1.5}]}'}).json()
+    assert inline["reward"] == 1.0
+    bad = client.post("/v1/grade", json={"reference": {"rows": [{"x": {"nested": 1}}]}, "completion": "{}"})
+    assert bad.status_code == 422 and bad.json()["error"] == "invalid_reference"

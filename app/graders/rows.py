@@ -1,0 +1,221 @@
+"""Rows grading: the answer is a JSON object ``{"rows": [...]}`` compared field by field with the
+expected rows.
+
+Rules (see README, section rows):
+- floats (gold written with a fraction or exponent) match within a relative tolerance, 1e-9 by
+  default, which exists only to absorb the order of multiplications and divisions; integers,
+  strings, booleans and null must match exactly; NaN and infinities never match;
+- a number must be a JSON number: "682.67" (a string) is a wrong type, as is true for 1;
+- the row count and each row's field names must match exactly; the order of fields inside a
+  row does not matter (JSON objects are unordered), the order of rows does (rows are a list,
+  and every prompt fixes their order); rows that are right but out of order are reported so;
+- with ``partial_credit`` the reward is the fraction of rows right (over the larger of the two
+  row counts, so padding cannot help); otherwise it is 1 only when every row is right."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from app.graders.json_answer import find_json_answer
+from app.graders.numeric import relative_error, within
+from app.graders.result import GradeResult, Outcome
+from app.tasks.base import Task
+
+if TYPE_CHECKING:
+    from app.graders.dispatch import GradeOptions
+    from app.settings import Settings
+
+MAX_ROWS = 1000  # more rows than any reference has: compare no further
+_MAX_SHOWN = 200  # characters of a candidate's value echoed in the evidence
+
+
+class InvalidRowsReference(ValueError):
+    """An inline rows reference that cannot be graded against (a client error)."""
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # keep the evidence valid JSON
+    if isinstance(value, str | list | dict):
+        text = value if isinstance(value, str) else json.dumps(value)
+        return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "..."
+    return value
+
+
+def compare_value(gold: Any, got: Any, *, tolerance: float) -> str | None:
+    """None when ``got`` matches ``gold``, else the reason it does not."""
+    if type(got) is type(gold) and got == gold:  # the common case: an exact match (never NaN)
+        return None
+    if gold is None or isinstance(gold, bool | str):
+        if type(got) is type(gold) and got == gold:
+            return None
+        if _type_name(got) != _type_name(gold):
+            return f"wrong type: expected {_type_name(gold)}, got {_type_name(got)}"
+        return "not equal"
+    if _type_name(got) != "number":
+        return f"wrong type: expected number, got {_type_name(got)}"
+    if isinstance(got, float) and math.isnan(got):
+        return "NaN never matches"
+    if isinstance(got, float) and math.isinf(got):
+        return "infinity never matches"
+    if isinstance(gold, int):
+        return None if got == gold else "integer must match exactly"
+    if within(float(got), gold, tolerance):
+        return None
+    return f"relative error {relative_error(float(got), gold):.3g} > {tolerance:g}"
+
+
+def compare_row(gold: Mapping[str, Any], got: Any, *, tolerance: float) -> dict[str, Any]:
+    """Verdict for one row: ok, and what is wrong if not."""
+    if not isinstance(got, dict):
+        return {"ok": False, "error": f"row is a {_type_name(got)}, not an object"}
+    verdict: dict[str, Any] = {"ok": True}
+    missing = [k for k in gold if k not in got]
+    extra = [k for k in got if k not in gold]
+    if missing:
+        verdict["missing_fields"] = missing
+    if extra:
+        verdict["extra_fields"] = extra[:20]
+    wrong = {}
+    for name, expected in gold.items():
+        if name in got:
+            reason = compare_value(expected, got[name], tolerance=tolerance)
+            if reason is not None:
+                wrong[name] = {"expected": expected, "got": _shown(got[name]), "reason": reason}
+    if wrong:
+        verdict["fields"] = wrong
+    verdict["ok"] = not (missing or extra or wrong)
+    return verdict
+
+
+def _matches_in_another_order(
+    gold: Sequence[Mapping[str, Any]], got: Sequence[Any], tolerance: float
+) -> bool:
+    unused = list(range(len(got)))
+    for g in gold:
+        hit = next((j for j in unused if compare_row(g, got[j], tolerance=tolerance)["ok"]), None)
+        if hit is None:
+            return False
+        unused.remove(hit)
+    return True
+
+
+def grade_rows(
+    gold_rows: Sequence[Mapping[str, Any]], completion: str, *, tolerance: float, partial_credit: bool = False
+) -> GradeResult:
+    """Grade a completion against expected rows (see the module docstring for the rules)."""
+
+    def result(outcome: Outcome, why: str, reward: float = 0.0, **details: Any) -> GradeResult:
+        return GradeResult(
+            grading="rows",
+            outcome=outcome,
+            reward=reward,
+            explanation=why,
+            tolerance=tolerance,
+            extracted_answer=extracted,
+            details=details,
+        )
+
+    extracted: str | None = None
+    answer = find_json_answer(completion)
+    if answer is None:
+        return result(Outcome.no_answer, 'no fenced JSON block and no JSON object with a "rows" key')
+    if not answer.ok:
+        return result(
+            Outcome.no_answer, f"the last fenced JSON block is {answer.error}", answer_source=answer.source
+        )
+    extracted = json.dumps(answer.value, allow_nan=True)[:500]
+    value = answer.value
+    if not isinstance(value, dict) or "rows" not in value:
+        return result(
+            Outcome.no_answer,
+            f'the answer is a JSON {_type_name(value)} without a "rows" key',
+            answer_source=answer.source,
+        )
+    got = value["rows"]
+    if not isinstance(got, list):
+        return result(
+            Outcome.no_answer, f'"rows" is a {_type_name(got)}, not a list', answer_source=answer.source
+        )
+    if len(got) > MAX_ROWS:
+        return result(
+            Outcome.incorrect,
+            f"{len(got)} rows given, {len(gold_rows)} expected",
+            answer_source=answer.source,
+        )
+
+    verdicts = [compare_row(g, r, tolerance=tolerance) for g, r in zip(gold_rows, got, strict=False)]
+    n_right = sum(v["ok"] for v in verdicts)
+    details: dict[str, Any] = {
+        "answer_source": answer.source,
+        "rows_expected": len(gold_rows),
+        "rows_given": len(got),
+        "rows_right": n_right,
+        "row_diffs": [{"row": i, **v} for i, v in enumerate(verdicts) if not v["ok"]],
+    }
+    if len(got) == len(gold_rows) and n_right == len(gold_rows):
+        return result(
+            Outcome.correct, f"all {n_right} rows match (floats within {tolerance:g})", 1.0, **details
+        )
+
+    if len(got) != len(gold_rows):
+        why = f"{len(got)} rows given, {len(gold_rows)} expected; {n_right} of the first rows match"
+    elif _matches_in_another_order(gold_rows, got, tolerance):
+        details["reordered"] = True
+        why = "every row matches, but not in the order the task asks for"
+    else:
+        why = f"{n_right} of {len(gold_rows)} rows match"
+    if partial_credit and n_right:
+        reward = n_right / max(len(gold_rows), len(got))
+        return result(Outcome.partial, why, reward, **details)
+    return result(Outcome.incorrect, why, **details)
+
+
+def grade_task(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:
+    tolerance = options.tolerance or task.tolerance or settings.tolerances.rows
+    return grade_rows(task.gold, completion, tolerance=tolerance, partial_credit=options.partial_credit)
+
+
+def _check_reference_rows(rows: Any) -> tuple[dict[str, Any], ...]:
+    if not isinstance(rows, list) or not rows:
+        raise InvalidRowsReference('reference "rows" must be a non-empty list')
+    if len(rows) > MAX_ROWS:
+        raise InvalidRowsReference(f"reference has more than {MAX_ROWS} rows")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or not row:
+            raise InvalidRowsReference(f"reference row {i} must be a non-empty object")
+        for name, value in row.items():
+            if not isinstance(value, str | int | float | bool) and value is not None:
+                raise InvalidRowsReference(f"reference row {i} field {name!r}: values must be scalars")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InvalidRowsReference(f"reference row {i} field {name!r}: numbers must be finite")
+    return tuple(dict(row) for row in rows)
+
+
+def reference_task(reference: Any, settings: Settings) -> Task:
+    """An ad-hoc rows task from an inline reference, the way trainers pass labels: the object
+    ``{"rows": [...]}`` or its JSON text. Raises InvalidRowsReference (a 4xx) if it is unusable."""
+    if isinstance(reference, str):
+        try:
+            reference = json.loads(reference)
+        except ValueError:
+            raise InvalidRowsReference("reference is not valid JSON") from None
+    if not isinstance(reference, dict) or "rows" not in reference:
+        raise InvalidRowsReference('reference must be an object {"rows": [...]}')
+    gold = _check_reference_rows(reference["rows"])
+    return Task(id="", split="", prompt="", grading="rows", gold=gold, tolerance=settings.tolerances.rows)

@@ -1,0 +1,339 @@
+"""The book split: one task per answered worked question of the pinned book.
+
+Loading = verify the source, parse, annotate, render prompts. The result is cached (see
+cache.py) under a key naming the source digests, the parser version and the annotations, so a
+restart or a second replica loads the cached bank instead of parsing again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.tasks.base import FiniteBank, Task
+from app.tasks.book import source
+from app.tasks.book.annotations import Annotation, AnnotationError, annotations_digest, load_annotations
+from app.tasks.book.cache import BankCache, DiskBankCache, LayeredBankCache, RedisBankCache
+from app.tasks.book.hardware_tables import ChipRecord, chip_records, chips_named, table_headers
+from app.tasks.book.markdown import to_markdown
+from app.tasks.book.parser import DETAILS_OPEN, PARSER_VERSION, ParsedQuestion, Span, is_fence, parse_chapter
+from app.tasks.coverage import item_ids, key_content
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SPLIT = "book"
+DESCRIPTION = "Worked questions of the pinned book, parsed from the verified source; numeric or judge"
+# Bounds on the context given with each question (characters, including the source line).
+CONTEXT_MIN = 80
+CONTEXT_MAX = 6000
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    id: str
+    chapter: str
+    label: str
+    line: int
+    reason: str
+
+
+class BookBank(FiniteBank):
+    def __init__(
+        self, tasks: list[Task], exclusions: list[Exclusion], cache_key: str, markers: dict[str, int]
+    ) -> None:
+        super().__init__(SPLIT, DESCRIPTION, tasks)
+        self.exclusions = exclusions
+        self.cache_key = cache_key
+        self.markers = markers  # chapter -> number of question markers found
+
+    def info(self) -> dict[str, Any]:
+        info = super().info()
+        info["source"] = {"repository": source.REPOSITORY, "commit": source.COMMIT}
+        info["excluded"] = len(self.exclusions)
+        return info
+
+
+def task_id(chapter: str, index: int) -> str:
+    return f"{SPLIT}/{chapter}/q{index}"
+
+
+def cache_key() -> str:
+    h = hashlib.sha256()
+    for part in (source.source_fingerprint(), PARSER_VERSION, annotations_digest()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return f"book-{h.hexdigest()[:32]}"
+
+
+# ---- prompt parts ----------------------------------------------------------------------------
+
+
+def _locator(chapter: source.Chapter, span: Span) -> dict[str, Any]:
+    return {"start": span.start, "end": span.end, "sha256": span.sha256(chapter.text)}
+
+
+def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str) -> str:
+    first = chapter.text.count("\n", 0, q.context.start) + 1
+    where = (
+        f"Source: *How To Scale Your Model*, chapter \"{title}\" ({chapter.filename} at "
+        f"{source.REPOSITORY}@{source.COMMIT[:12]}), section \"{q.section or title}\", "
+        f"lines {first}-{q.line - 1}."
+    )
+    # Earlier questions in the section keep their book answers as context; label them as such.
+    raw = DETAILS_OPEN.sub("\n\n*Answer given in the book:*\n\n", q.context.text(chapter.text))
+    body = to_markdown(raw)
+    elided = "[...]\n"
+    budget = CONTEXT_MAX - len(where) - len("\n\n") - len(elided)
+    if len(body) > budget:
+        body = _tail(body, budget)
+        body = elided + body
+    return f"{where}\n\n{body}".strip() if body else where
+
+
+def _tail(body: str, budget: int) -> str:
+    """The last `budget` characters, starting at a paragraph and never inside a code block."""
+    body = body[-budget:]
+    cut = body.find("\n\n")
+    if 0 <= cut < budget // 3:
+        body = body[cut + 2 :]
+    lines = body.split("\n")
+    fences = [i for i, line in enumerate(lines) if is_fence(line)]
+    if len(fences) % 2:  # the cut fell inside a fenced block: drop its orphaned remainder
+        body = "\n".join(lines[fences[0] + 1 :]).lstrip("\n")
+    return body
+
+
+def _hardware_block(
+    names: list[str], records: dict[str, ChipRecord], headers: dict[str, tuple[str, str]]
+) -> str:
+    rows_by_table: dict[str, list[str]] = {}
+    for name in names:
+        for key, line in records[name].rows:
+            if line not in rows_by_table.setdefault(key, []):
+                rows_by_table[key].append(line)
+    parts = []
+    for key, (header, separator) in headers.items():
+        if key in rows_by_table:
+            parts.append("\n".join([header, separator, *rows_by_table[key]]))
+    return to_markdown("\n\n".join(parts))
+
+
+def _answer_format(ann: Annotation) -> str:
+    if ann.grading == "numeric":
+        n = len(ann.values)
+        return (
+            f"Give {ann.ask}. Work through the problem, then end with one line of the form "
+            f"`Final answer: ...` stating {'this value' if n == 1 else f'these {n} values in this order'}, "
+            "each with its unit where it has one."
+        )
+    return "Explain your reasoning, then end with a line starting `Final answer:` stating your conclusion."
+
+
+def _prompt(context: str, hardware: str, question: str, ann: Annotation) -> str:
+    parts = ["## Context", context]
+    if hardware:
+        parts += ["## Hardware specs (rows of the book's spec tables)", hardware]
+    parts += ["## Question", question, "## Answer format", _answer_format(ann)]
+    return "\n\n".join(parts)
+
+
+# ---- building --------------------------------------------------------------------------------
+
+
+def _check_annotation(key: str, ann: Annotation, answer_raw: str, known_items: frozenset[str]) -> None:
+    bad = [t for t in ann.tags if t not in known_items]
+    if bad or not ann.tags:
+        raise AnnotationError(f"{key}: tags must be key-content ids, got {list(ann.tags)}")
+    for v in ann.values:
+        if v.figure not in answer_raw:
+            raise AnnotationError(f"{key}: figure {v.figure!r} does not occur in the source answer")
+
+
+def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusion], dict[str, int]]:
+    """Parse every chapter and turn each answered question into a task."""
+    annotations = load_annotations()
+    known_items = item_ids()
+    titles = {c: kc.title for c, kc in key_content().items()}
+    records = chip_records(chapters["tpus"].text, chapters["gpus"].text)
+    headers = table_headers(chapters["tpus"].text, chapters["gpus"].text)
+    tasks: list[Task] = []
+    exclusions: list[Exclusion] = []
+    markers: dict[str, int] = {}
+    seen: set[str] = set()
+    for name, chapter in chapters.items():
+        parsed = parse_chapter(name, chapter.text)
+        markers[name] = len(parsed)
+        for q in parsed:
+            tid = task_id(name, q.index)
+            key = f"{name}.q{q.index}"
+            ann = annotations.get(key)
+            seen.add(key)
+            if q.answer is None:
+                if ann is not None:
+                    raise AnnotationError(f"{key}: annotated, but the source has no answer for it")
+                exclusions.append(Exclusion(tid, name, q.label, q.line, q.exclusion or ""))
+                continue
+            if ann is None:
+                raise AnnotationError(f"{key}: answered in the source but not annotated")
+            answer_raw = q.answer.text(chapter.text)
+            _check_annotation(key, ann, answer_raw, known_items)
+            if ann.grading == "exclude":
+                exclusions.append(Exclusion(tid, name, q.label, q.line, ann.reason or ""))
+                continue
+            title = titles.get(name, name)
+            question_md = to_markdown(q.question.text(chapter.text))
+            answer_md = to_markdown(answer_raw)
+            named = chips_named(question_md + "\n" + answer_md)
+            tasks.append(
+                Task(
+                    id=tid,
+                    split=SPLIT,
+                    prompt=_prompt(
+                        _bounded_context(chapter, q, title),
+                        _hardware_block(named, records, headers),
+                        question_md,
+                        ann,
+                    ),
+                    grading=ann.grading,
+                    gold=tuple(v.value for v in ann.values) if ann.grading == "numeric" else answer_md,
+                    chapter=name,
+                    tags=ann.tags,
+                    tolerance=ann.tolerance,
+                    meta={
+                        "label": q.label,
+                        "title": q.title,
+                        "section": q.section,
+                        "chips": named,
+                        "ask": ann.ask,
+                        "source": {
+                            "repository": source.REPOSITORY,
+                            "commit": source.COMMIT,
+                            "file": chapter.filename,
+                            "line": q.line,
+                            "question": _locator(chapter, q.question),
+                            "answer": _locator(chapter, q.answer),
+                        },
+                    },
+                    hidden={"question": question_md, "reference": answer_md, "note": ann.note},
+                )
+            )
+    stray = sorted(set(annotations) - seen)
+    if stray:
+        raise AnnotationError(f"annotations name questions the source does not have: {', '.join(stray)}")
+    return tasks, exclusions, markers
+
+
+# ---- (de)serialisation for the cache ------------------------------------------------------------
+# Questions in one section share most of their context, so texts are stored as lists of indices
+# into one table of distinct paragraphs: the entry is about a third of the size, and decoding it
+# (the whole cost of a cache hit) about three times faster.
+
+
+class _Paragraphs:
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def pack(self, text: str) -> list[int]:
+        return [self.index.setdefault(p, len(self.index)) for p in text.split("\n\n")]
+
+
+def _dump(tasks: list[Task], exclusions: list[Exclusion], markers: dict[str, int], key: str) -> bytes:
+    paragraphs = _Paragraphs()
+    packed = []
+    for t in tasks:
+        packed.append({
+            "id": t.id, "grading": t.grading, "chapter": t.chapter, "tags": list(t.tags),
+            "tolerance": t.tolerance, "meta": dict(t.meta),
+            "prompt": paragraphs.pack(t.prompt),
+            # Judge gold is the reference answer: stored once, as "reference".
+            "gold": list(t.gold) if t.grading == "numeric" else None,
+            "question": paragraphs.pack(t.hidden["question"]),
+            "reference": paragraphs.pack(t.hidden["reference"]),
+            "note": t.hidden.get("note"),
+        })
+    payload = {
+        "key": key,
+        "markers": markers,
+        "exclusions": [_exclusion_dict(e) for e in exclusions],
+        "paragraphs": list(paragraphs.index),
+        "tasks": packed,
+    }
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _exclusion_dict(e: Exclusion) -> dict[str, Any]:
+    return {"id": e.id, "chapter": e.chapter, "label": e.label, "line": e.line, "reason": e.reason}
+
+
+def _load(payload: bytes, key: str) -> BookBank:
+    data = json.loads(payload)
+    if data.get("key") != key:
+        raise ValueError("cache entry was written under another key")
+    table = data["paragraphs"]
+
+    def text(indices: list[int]) -> str:
+        return "\n\n".join([table[i] for i in indices])
+
+    tasks = []
+    for t in data["tasks"]:
+        reference = text(t["reference"])
+        tasks.append(Task(
+            id=t["id"], split=SPLIT, prompt=text(t["prompt"]), grading=t["grading"],
+            gold=tuple(t["gold"]) if t["grading"] == "numeric" else reference,
+            chapter=t["chapter"], tags=tuple(t["tags"]), tolerance=t["tolerance"], meta=t["meta"],
+            hidden={"question": text(t["question"]), "reference": reference, "note": t["note"]},
+        ))
+    exclusions = [Exclusion(**e) for e in data["exclusions"]]
+    return BookBank(tasks, exclusions, key, dict(data["markers"]))
+
+
+def default_cache(settings: Settings) -> BankCache:
+    disk = DiskBankCache(Path(settings.book_cache) / "parsed")
+    if settings.redis_url:
+        return LayeredBankCache(disk, RedisBankCache(settings.redis_url))
+    return disk
+
+
+def parse_bank(settings: Settings) -> BookBank:
+    """Cold path: verify the source and parse it, ignoring any cached bank."""
+    tasks, exclusions, markers = build(source.load_chapters(settings))
+    return BookBank(tasks, exclusions, cache_key(), markers)
+
+
+def load_bank(settings: Settings, cache: BankCache | None = None) -> BookBank:
+    """The book bank: from the cache when an entry for this exact source/parser/annotations
+    exists, else parsed from the verified source (and cached)."""
+    cache = cache if cache is not None else default_cache(settings)
+    key = cache_key()
+    payload = cache.get(key)
+    if payload is not None:
+        try:
+            return _load(payload, key)
+        except (ValueError, KeyError, TypeError) as exc:  # a damaged entry costs a re-parse
+            log.warning("book bank cache entry %s unusable (%s); parsing again", key, exc)
+    bank = parse_bank(settings)
+    cache.put(key, _dump(bank.tasks(), bank.exclusions, bank.markers, key))
+    return bank
+
+
+def summary(bank: BookBank) -> dict[str, Any]:
+    """Size per chapter and grading kind, markers found, and every exclusion with its reason."""
+    per_chapter: dict[str, dict[str, int]] = {}
+    for name, n in bank.markers.items():
+        per_chapter[name] = {"markers": n, "numeric": 0, "judge": 0, "excluded": 0}
+    for t in bank.tasks():
+        per_chapter[t.chapter or ""][t.grading] += 1
+    for e in bank.exclusions:
+        per_chapter[e.chapter]["excluded"] += 1
+    return {
+        "size": bank.size(),
+        "grading": bank.info()["grading"],
+        "chapters": per_chapter,
+        "exclusions": [_exclusion_dict(e) for e in bank.exclusions],
+    }
