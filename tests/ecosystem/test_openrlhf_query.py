@@ -1,0 +1,65 @@
+"""Cutting the response out of an OpenRLHF query: prompt and response are joined the way each
+chat template joins them, and the cut must give back exactly the response that went in."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.integrations.openrlhf import response_from_query
+
+QUESTION = "A chip does 197 TFLOP/s.\nHow long is a 1e15 FLOP matmul?"
+RESPONSE = "It takes 1e15 / 197e12 s.\nFinal answer: 5.08 s"
+
+# template name -> (prompt as rendered up to the assistant turn, end-of-turn token)
+TEMPLATES = {
+    "chatml": (f"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n{QUESTION}<|im_end|>\n"
+               "<|im_start|>assistant\n", "<|im_end|>"),
+    "llama3": (f"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{QUESTION}<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+    "gemma": (f"<bos><start_of_turn>user\n{QUESTION}<end_of_turn>\n<start_of_turn>model\n", "<end_of_turn>"),
+    "mistral": (f"<s>[INST] {QUESTION} [/INST]", "</s>"),
+    "deepseek": (f"<｜begin▁of▁sentence｜><｜User｜>{QUESTION}<｜Assistant｜>", "<｜end▁of▁sentence｜>"),
+    "phi": (f"<|user|>\n{QUESTION}<|end|>\n<|assistant|>\n", "<|end|>"),
+    "plain": (f"User: {QUESTION}\nAssistant:", ""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_prompt_given_exactly_is_cut_as_a_prefix(name: str) -> None:
+    prompt, eot = TEMPLATES[name]
+    assert response_from_query(prompt + RESPONSE + eot, prompt) == RESPONSE
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_prompt_after_an_extra_bos_is_found_inside_the_query(name: str) -> None:
+    prompt, eot = TEMPLATES[name]
+    assert response_from_query("<s>" + prompt + RESPONSE + eot + "<pad><pad>", prompt) == RESPONSE
+
+
+@pytest.mark.parametrize("name", ["chatml", "llama3", "phi"])
+def test_prompt_re_spaced_by_decoding_still_matches(name: str) -> None:
+    prompt, eot = TEMPLATES[name]
+    respaced = prompt.replace("\n", "\n  ").replace(" ", "  ")
+    assert response_from_query(respaced + RESPONSE + eot, prompt) == RESPONSE
+
+
+@pytest.mark.parametrize("name", ["chatml", "llama3", "gemma", "mistral", "deepseek", "phi", "plain"])
+def test_without_a_prompt_the_last_assistant_turn_is_taken(name: str) -> None:
+    prompt, eot = TEMPLATES[name]
+    assert response_from_query(prompt + RESPONSE + eot, None) == RESPONSE
+
+
+@pytest.mark.parametrize("name", ["chatml", "llama3", "gemma"])
+def test_a_prompt_that_does_not_occur_falls_back_to_the_template(name: str) -> None:
+    prompt, eot = TEMPLATES[name]
+    assert response_from_query(prompt + RESPONSE + eot, "a different prompt altogether") == RESPONSE
+
+
+def test_the_response_quoting_the_prompt_is_not_cut_twice() -> None:
+    prompt, eot = TEMPLATES["chatml"]
+    echoing = f"You asked: {QUESTION}\n{RESPONSE}"
+    assert response_from_query(prompt + echoing + eot, prompt) == echoing
+
+
+def test_no_prompt_and_no_template_keeps_the_whole_query() -> None:
+    assert response_from_query(RESPONSE, None) == RESPONSE
