@@ -1,0 +1,117 @@
+"""The httpx clients against the real service (directly, and behind a proxy that fails on
+purpose): batching keeps order, retries follow the server's hints, refusals are not retried."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+
+import httpx
+import pytest
+
+from app.client import AsyncGraderClient, GraderClient, GraderError, RetryPolicy, retry_after_seconds
+from tests.ecosystem.flaky import Script, flaky_proxy
+from tests.ecosystem.oracle import right, synthetic_tasks, wrong
+
+FAST = RetryPolicy(max_retries=3, backoff=0.01, max_backoff=0.05)
+
+
+def _items(n: int, seed: int) -> tuple[list[dict], list[float]]:
+    rng = random.Random(seed)
+    items, expected = [], []
+    for task in synthetic_tasks(n, seed=seed):
+        make, reward = rng.choice([(right, 1.0), (wrong, 0.0)])
+        items.append({"task_id": task.id, "completion": make(task.id)})
+        expected.append(reward)
+    return items, expected
+
+
+def test_batches_are_split_into_chunks_and_keep_order(server_url: str) -> None:
+    items, expected = _items(23, seed=21)
+    script = Script()
+    with flaky_proxy(server_url, script) as url, GraderClient(url, batch_size=5) as client:
+        results = client.grade_batch(items)
+        rewards = client.rewards(items)
+    assert [r.reward for r in results] == expected and rewards == expected
+    assert [r.task_id for r in results] == [i["task_id"] for i in items]
+    assert script.seen.count("POST /v1/grade/batch") == 5 and script.seen.count("POST /v1/rewards") == 5
+
+
+def test_async_client_sends_chunks_concurrently_and_keeps_order(server_url: str) -> None:
+    items, expected = _items(17, seed=22)
+
+    async def go() -> tuple[list, list]:
+        async with AsyncGraderClient(server_url, batch_size=4, concurrency=3) as client:
+            return await client.grade_batch(items), await client.rewards(items)
+
+    results, rewards = asyncio.run(go())
+    assert [r.reward for r in results] == expected and rewards == expected
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retries_on_busy_statuses_then_succeeds(server_url: str, status: int) -> None:
+    items, expected = _items(3, seed=23)
+    script = Script(failures=[(status, "0"), (status, "0")])
+    with flaky_proxy(server_url, script) as url, GraderClient(url, retry=FAST) as client:
+        assert client.rewards(items) == expected
+    assert len(script.seen) == 3  # two refusals, then the real answer
+
+
+def test_async_client_retries_too(server_url: str) -> None:
+    items, expected = _items(3, seed=24)
+    script = Script(failures=[(503, None), (429, "0")])
+
+    async def go() -> list:
+        async with AsyncGraderClient(url, retry=FAST) as client:
+            return await client.rewards(items)
+
+    with flaky_proxy(server_url, script) as url:
+        assert asyncio.run(go()) == expected
+    assert len(script.seen) == 3
+
+
+def test_retries_stop_after_the_budget_with_the_last_status(server_url: str) -> None:
+    script = Script(failures=[(429, "0")] * 10)
+    with flaky_proxy(server_url, script) as url, GraderClient(url, retry=FAST) as client, \
+            pytest.raises(GraderError) as caught:
+        client.rewards(_items(1, seed=25)[0])
+    assert caught.value.status == 429 and len(script.seen) == FAST.max_retries + 1
+
+
+def test_refusals_are_not_retried(server_url: str) -> None:
+    script = Script()
+    with flaky_proxy(server_url, script) as url, GraderClient(url, retry=FAST) as client, \
+            pytest.raises(GraderError) as caught:
+        client.grade(None, "Final answer: 1 s")  # neither task_id nor reference
+    assert caught.value.status == 422 and caught.value.error == "invalid_request" and len(script.seen) == 1
+
+
+def test_a_stalled_request_times_out_and_is_retried(server_url: str) -> None:
+    items, expected = _items(2, seed=26)
+    script = Script(stall_seconds=1.5, stalls=1)
+    with flaky_proxy(server_url, script) as url, GraderClient(url, retry=FAST, timeout=0.5) as client:
+        assert client.rewards(items) == expected
+    assert len(script.seen) == 2
+
+
+def test_retry_after_header_wins_over_backoff() -> None:
+    policy = RetryPolicy(backoff=100.0, max_backoff=100.0, max_retry_after=30.0)
+    rng = random.Random(0)
+    hinted = httpx.Response(429, headers={"retry-after": "7"})
+    assert policy.delay(0, hinted, rng) == 7.0
+    assert policy.delay(0, httpx.Response(503, headers={"retry-after": "3600"}), rng) == policy.max_retry_after
+    soon = email.utils.formatdate(time.time() + 20, usegmt=True)
+    assert 15 <= retry_after_seconds(soon) <= 20
+    assert retry_after_seconds("soon-ish") is None
+
+
+def test_backoff_grows_exponentially_with_full_jitter() -> None:
+    policy = RetryPolicy(backoff=0.5, max_backoff=4.0)
+    rng = random.Random(1)
+    for attempt in range(6):
+        ceiling = min(policy.max_backoff, policy.backoff * 2**attempt)
+        delays = [policy.delay(attempt, None, rng) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in delays)
+        assert max(delays) > 0.8 * ceiling  # jitter spans the whole window, not a fixed delay
