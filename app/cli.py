@@ -11,6 +11,8 @@ from collections.abc import Sequence
 COMMAND_MODULES = [
     "app.commands.serve",
     "app.commands.tasks",
+    "app.commands.judge_check",
+    "app.commands.exam",
 ]
 
 

@@ -30,6 +30,26 @@ class Limits(BaseModel):
     max_wait_seconds: float = Field(60.0, ge=0)
 
 
+class JudgeSettings(BaseModel):
+    """The judge model endpoint(s) an operator allows. A request may name a model and one of the
+    allowed base URLs; it can never supply a key or an address outside the allow-list."""
+
+    # Exact base URLs (scheme, host, port, path) requests may use; anything else is refused.
+    allowed_base_urls: list[str] = Field(default_factory=list)
+    default_model: str | None = None
+    default_base_url: str | None = None
+    # NAME of the environment variable holding the API key (the key itself never lives in settings).
+    # None: keyless local endpoints (vLLM, SGLang) get a placeholder key.
+    api_key_env: str | None = None
+    timeout_seconds: float = Field(30.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10)  # extra attempts after rate limits, time-outs, 5xx
+    backoff_seconds: float = Field(1.0, ge=0)  # first retry wait; doubles each time
+    max_backoff_seconds: float = Field(20.0, ge=0)
+    max_tokens: int = Field(256, gt=0, le=4096)
+    # Longest candidate response shown to the judge (the tail is kept: answers come last).
+    max_response_chars: int = Field(8000, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SCALING_GRADER_", env_nested_delimiter="__", extra="ignore"
@@ -44,6 +64,7 @@ class Settings(BaseSettings):
     # Where verified copies of the pinned book chapters are kept, and an optional offline mirror.
     book_cache: Path = Path.home() / ".cache" / "scaling-grader" / "book"
     book_mirror: Path | None = None
+    judge: JudgeSettings = JudgeSettings()
 
     def tolerance_for(self, split: str) -> float:
         return getattr(self.tolerances, split, self.tolerances.synthetic)

@@ -125,9 +125,15 @@ def concept_task(chapter: str, q: ConceptQuestion, passage: str) -> Task:
     )
 
 
-def build_tasks(settings: Settings) -> list[Task]:
+def build_tasks(settings: Settings | None, *, resolve: bool = True) -> list[Task]:
+    """Every exam task. resolve=False skips reading the book (counts and summaries only)."""
     tasks = [numeric_task(ch, q) for ch, q in numeric_questions()]
-    tasks += [concept_task(ch, q, resolve_locator(settings, q.locator)) for ch, q in concept_questions()]
+    if resolve and settings is None:
+        raise ValueError("resolving locators needs settings")
+    tasks += [
+        concept_task(ch, q, resolve_locator(settings, q.locator) if resolve and settings else "")
+        for ch, q in concept_questions()
+    ]
     tasks.sort(key=lambda t: t.id)
     return tasks
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.tasks.exam.model import NumericQuestion, Number, Oracle
+from app.tasks.exam.model import Number, NumericQuestion, Oracle
 
 # chapter -> module name (chapter ids are file stems; module names cannot hold dashes)
 CHAPTER_MODULES: dict[str, str] = {
