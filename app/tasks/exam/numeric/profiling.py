@@ -16,7 +16,7 @@ def fusion_flops_utilisation(b, d, f, t, peak):
 
 @numeric(2, "profiling.profiler", "%", """
     An elementwise fusion in the trace reads and writes {nbytes} bytes in total and takes {t} s.
-    The chip's HBM bandwidth is {bw} bytes/s. What fraction of the HBM bandwidth did it use?""",
+    With {bw} bytes/s of memory bandwidth available, what fraction of it did the fusion use?""",
     nbytes=2.4e9, t=0.0033, bw=8.1e11)
 def fusion_bandwidth_utilisation(nbytes, t, bw):
     return nbytes / t / bw
