@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,12 @@ class FakeOpenAI:
 
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                # Headers and body go out in separate writes: without this, Nagle's algorithm
+                # and delayed ACKs add ~40 ms to every response.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
@@ -167,3 +174,24 @@ def _completion(model: str, content: str | None) -> dict[str, Any]:
 
 def _error(message: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": code, "code": code}}
+
+
+def main() -> None:
+    """Run standalone (benchmarks use a separate process so client and server do not share a GIL):
+    prints the base URL on the first line, then serves until killed."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m tests.fake_openai")
+    parser.add_argument("--slow-seconds", type=float, default=2.0)
+    args = parser.parse_args()
+    server = FakeOpenAI(slow_seconds=args.slow_seconds).start()
+    print(server.base_url, flush=True)
+    try:
+        sys.stdin.read()  # serve until the parent closes our stdin (or kills us)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
