@@ -4,6 +4,7 @@ oracle, which must do real arithmetic on them; and every gold answer grades 1.0.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
@@ -82,6 +83,13 @@ def test_oracle_arguments_are_exactly_the_stated_quantities(chapter, q):
     assert sorted(params) == sorted(set(placeholders(q.template))) == sorted(q.args)
     # each stated quantity appears in the rendered prompt
     assert all("{" + name + "}" in q.template for name in params)
+
+
+@pytest.mark.parametrize(("chapter", "q"), QUESTIONS, ids=IDS)
+def test_no_raw_size_is_hidden_in_the_wording(chapter, q):
+    """Byte sizes and similar raw quantities are placeholders, so the oracle receives them."""
+    literal = re.sub(r"\{[a-z_]+\}", " ", q.template)
+    assert not re.search(r"\b\d+(?:\.\d+)?\s*(?:bytes?|B|GB|TB|s|ms|chips|tokens|layers)\b", literal)
 
 
 @pytest.mark.parametrize(("chapter", "q"), QUESTIONS, ids=IDS)

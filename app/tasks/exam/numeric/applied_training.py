@@ -27,13 +27,13 @@ def pretrain_time(params, tokens, chips, peak, mfu):
 
 @numeric(3, "applied-training.counting", ("B", "chips"), """
     Training a {params}-parameter model keeps bf16 parameters ({pbytes} bytes each), optimizer
-    state of {obytes} bytes per parameter, and bf16 activation checkpoints of width {d} saved
-    {ckpt} times per layer for each of the {tokens} tokens of a batch, over {layers} layers (2
-    bytes per checkpointed value). How many bytes does that need in total, and how many chips with
-    {hbm} bytes of HBM each are needed at minimum to hold it?""",
-    params=8e9, pbytes=2, obytes=8, d=4096, ckpt=4, tokens=4194304, layers=32, hbm=9.6e10)
-def training_memory(params, pbytes, obytes, d, ckpt, tokens, layers, hbm):
-    total = params * (pbytes + obytes) + 2 * d * ckpt * tokens * layers
+    state of {obytes} bytes per parameter, and bf16 activation checkpoints ({abytes} bytes per value)
+    of width {d}, saved {ckpt} times per layer for each of the {tokens} tokens of a batch, over
+    {layers} layers. How many bytes does that need in total, and how many chips with {hbm} bytes of
+    HBM each are needed at minimum to hold it?""",
+    params=8e9, pbytes=2, obytes=8, abytes=2, d=4096, ckpt=4, tokens=4194304, layers=32, hbm=9.6e10)
+def training_memory(params, pbytes, obytes, abytes, d, ckpt, tokens, layers, hbm):
+    total = params * (pbytes + obytes) + abytes * d * ckpt * tokens * layers
     return total, math.ceil(total / hbm)
 
 
@@ -48,7 +48,7 @@ def tokens_per_chip(seqs, seqlen, chips):
 @numeric(5, "applied-training.sharding-plan", "chips", """
     For a run with a global batch of B = {batch} tokens on N = {chips} chips and d_ff = {f}, with
     one mesh axis each for FSDP and tensor parallelism, the balanced FSDP degree is
-    sqrt(2 B N / F). What is it?""",
+    sqrt(2 * B * N / F). What is it?""",
     batch=2097152, chips=4096, f=28672)
 def balanced_fsdp(batch, chips, f):
     return (2 * batch * chips / f) ** 0.5

@@ -18,11 +18,11 @@ def kernel_time_bounds(flops, nbytes, peak, bw):
 
 @numeric(2, "roofline.arithmetic-intensity", "FLOPs/B", """
     A bf16 matrix multiply takes an activation of shape [{b}, {d}] and a weight of shape [{d}, {f}]
-    (2 bytes per element). Counting 2 FLOPs per multiply-add and the bytes needed to read both
+    ({ebytes} bytes per element). Counting 2 FLOPs per multiply-add and the bytes needed to read both
     inputs from HBM and write the output back, what is its arithmetic intensity in FLOPs per byte?""",
-    b=512, d=4096, f=16384)
-def matmul_intensity(b, d, f):
-    return fm.intensity(fm.matmul_flops(b, d, f), fm.matmul_bytes(b, d, f, 2))
+    b=512, d=4096, f=16384, ebytes=2)
+def matmul_intensity(b, d, f, ebytes):
+    return fm.intensity(fm.matmul_flops(b, d, f), fm.matmul_bytes(b, d, f, ebytes))
 
 
 @numeric(3, ("roofline.matmul", "roofline.arithmetic-intensity"), "tokens", """
@@ -60,12 +60,13 @@ def two_chip_critical_d(link, peak):
 
 @numeric(6, "roofline.time-bounds", "s", """
     An fp32 elementwise product of two arrays of {n} elements each writes an fp32 result of the
-    same size (4 bytes per element). It runs on a vector unit with {vpu} FLOPs/s (one FLOP per
-    element) fed by {bw} bytes/s of HBM bandwidth. Assuming perfect overlap of loads, stores and
-    arithmetic, what is the lower bound on its run time?""",
-    n=268435456, vpu=7e12, bw=2.8e12)
-def elementwise_time(n, vpu, bw):
-    return max(fm.compute_time(n, vpu), fm.comms_time(3 * 4 * n, bw))
+    same size ({ebytes} bytes per element). It runs on a vector unit with {vpu} FLOPs/s (one FLOP
+    per element) fed by {bw} bytes/s of HBM bandwidth. Assuming perfect overlap of loads, stores
+    and arithmetic, what is the lower bound on its run time?""",
+    n=268435456, ebytes=4, vpu=7e12, bw=2.8e12)
+def elementwise_time(n, ebytes, vpu, bw):
+    # two arrays read, one written
+    return max(fm.compute_time(n, vpu), fm.comms_time(3 * ebytes * n, bw))
 
 
 @numeric(7, ("roofline.matmul", "roofline.time-bounds"), "s", """
