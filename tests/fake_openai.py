@@ -13,6 +13,7 @@ picks the behaviour, so concurrent tests never disturb one another:
     judge-401                   always 401 (bad key)
     judge-slow                  sleep ``slow_seconds`` before answering yes
     judge-match                 yes iff the candidate response equals the reference answer
+    judge-redirect              307 to another address (must not be followed)
     anything else               404 model not found
 
 Every request is recorded (path, headers, JSON body) so tests can assert exactly what was sent."""
@@ -150,6 +151,8 @@ class FakeOpenAI:
         if model == "judge-slow":
             time.sleep(self.slow_seconds)
             return 200, _completion(model, "yes"), {}
+        if model == "judge-redirect":
+            return 307, _error("moved", "redirect"), {"location": "http://169.254.169.254/v1/chat/completions"}
         if model == "judge-match":
             messages = body.get("messages", [])
             user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")

@@ -133,9 +133,12 @@ def _client(target: JudgeTarget, timeout: float) -> openai.OpenAI:
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            # Retries are ours (bounded, logged without secrets), so the client's are off.
-            client = openai.OpenAI(base_url=target.base_url, api_key=target.api_key, timeout=timeout,
-                                   max_retries=0)
+            # Retries are ours (bounded, logged without secrets), so the client's are off; redirects
+            # are not followed, so an allowed endpoint cannot bounce a request to another address.
+            client = openai.OpenAI(
+                base_url=target.base_url, api_key=target.api_key, timeout=timeout, max_retries=0,
+                http_client=openai.DefaultHttpxClient(follow_redirects=False, timeout=timeout),
+            )
             _clients[key] = client
         return client
 

@@ -114,6 +114,12 @@ def test_client_errors_are_not_retried(fake, judge_settings):
     assert "401" in result.explanation
 
 
+def test_redirects_are_not_followed(fake, judge_settings):
+    result = grade_task(TASK, RESPONSE, options(fake, "judge-redirect"), judge_settings())
+    assert result.outcome is Outcome.judge_error and len(fake.requests) == 1
+    assert "307" in result.explanation
+
+
 def test_unknown_model_is_a_judge_error(fake, judge_settings):
     result = grade_task(TASK, RESPONSE, options(fake, "no-such-model"), judge_settings())
     assert result.outcome is Outcome.judge_error and "404" in result.explanation
@@ -236,3 +242,14 @@ def test_concurrent_grading_shares_one_client(fake, judge_settings):
                                 range(24)))
     assert all(r.outcome is Outcome.correct for r in results)
     assert len(fake.requests) == 24
+
+
+def test_judge_settings_from_environment(monkeypatch):
+    monkeypatch.setenv("SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS", '["http://judge.internal:8000/v1"]')
+    monkeypatch.setenv("SCALING_GRADER_JUDGE__DEFAULT_MODEL", "qwen3-8b")
+    monkeypatch.setenv("SCALING_GRADER_JUDGE__API_KEY_ENV", "MY_JUDGE_KEY")
+    monkeypatch.setenv("SCALING_GRADER_JUDGE__MAX_RETRIES", "4")
+    judge = Settings().judge
+    assert judge.allowed_base_urls == ["http://judge.internal:8000/v1"]
+    assert (judge.default_model, judge.api_key_env, judge.max_retries, judge.max_tokens) == (
+        "qwen3-8b", "MY_JUDGE_KEY", 4, 256)
