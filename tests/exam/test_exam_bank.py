@@ -165,3 +165,16 @@ def test_summary_table_counts(exam_tasks):
     assert (int(total.group(1)), int(total.group(2)), int(total.group(3))) == (
         kinds["numeric"], kinds["judge"], len(exam_tasks))
     assert "Key-content items covered: 38 of 38" in table
+
+
+def test_no_book_text_in_committed_exam_files(exam_settings):
+    """Every file of the exam package (questions, oracles, concepts.toml) is free of 10-word runs of
+    the book: passages are referred to by locator only."""
+    book: set[tuple[str, ...]] = set()
+    for chapter in key_content():
+        book |= _shingles(chapter_text(exam_settings, chapter), 10)
+    package = Path(__file__).resolve().parents[2] / "app" / "tasks" / "exam"
+    files = [p for p in package.rglob("*") if p.suffix in (".py", ".toml", ".md")]
+    assert len(files) > 10
+    leaks = [(p.name, " ".join(sorted(o)[0])) for p in files if (o := _shingles(p.read_text(), 10) & book)]
+    assert leaks == []
