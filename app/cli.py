@@ -16,6 +16,8 @@ COMMAND_MODULES = [
     "app.commands.coverage",
     "app.commands.book",
     "app.commands.export",
+    "app.commands.judge_check",
+    "app.commands.exam",
 ]
 
 
