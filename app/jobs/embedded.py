@@ -70,8 +70,8 @@ class EmbeddedJobs:
                            if j.tenant == tenant and j.future is not None and not j.done.is_set())
             if busy >= max_in_flight:
                 del self._jobs[job_id]
-                raise ApiError(429, "too_many_in_flight",
-                               f"at most {max_in_flight} queued gradings in flight for this tenant", {"Retry-After": "1"})
+                why = f"at most {max_in_flight} queued gradings in flight for this tenant"
+                raise ApiError(429, "too_many_in_flight", why, {"Retry-After": "1"})
         job.future = self._pool.submit(self._run, job, payload)
 
     async def store(self, tenant: str, job_id: str, result: GradeResult) -> None:
