@@ -16,6 +16,8 @@ COMMAND_MODULES = [
     "app.commands.coverage",
     "app.commands.book",
     "app.commands.export_bank",  # `export`: every split (the tasks split through app.tasks.rows.export)
+    "app.commands.judge_check",
+    "app.commands.exam",
     "app.commands.eval",
 ]
 

@@ -82,7 +82,18 @@ class GradingService:
                 raise ApiError(404, "unknown_task", "no task has this id") from None
         else:
             task = task_from_reference(request, self.settings)
+        if task.grading == "judge":
+            self.require_judge([task], request)
         return task, text
+
+    def require_judge(self, tasks: Sequence[Task], request: GradeRequest) -> None:
+        """Refuse up front when judge items have no usable judge, rather than a judge_error each."""
+        from app.graders.judge import JudgeUnavailable, require_judge_for
+
+        try:
+            require_judge_for(tasks, request.options(), self.settings)
+        except JudgeUnavailable as exc:
+            raise ApiError(422, "judge_unavailable", str(exc)[:300]) from None
 
     def grade_now(self, task: Task, text: str, request: GradeRequest) -> GradeResult:
         start = time.perf_counter()
@@ -121,10 +132,23 @@ class GradingService:
             return view.result
         raise JobPending(view.job_id, view.status)
 
+    def _refuse_batch_without_judge(self, requests: Sequence[GradeRequest], tenant: Tenant) -> None:
+        for request in requests:
+            if request.task_id is None:
+                continue
+            try:
+                task = resolve_task(request.task_id, self.settings)
+            except UnknownTask:
+                continue  # reported per item
+            if task.grading == "judge":
+                self.require_judge([task], apply_tenant_judge(request, tenant))
+
     async def grade_many(self, requests: Sequence[GradeRequest],
                          tenant: Tenant = LOCAL_TENANT) -> list[GradeResult | JobPending]:
         """Grade in order; a bad item becomes an unscored invalid_request, not a failed batch;
         an item still queued when its wait ends is returned as JobPending."""
+
+        self._refuse_batch_without_judge(requests, tenant)
 
         async def one(request: GradeRequest) -> GradeResult | JobPending:
             try:

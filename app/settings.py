@@ -44,6 +44,26 @@ class QueueSettings(BaseModel):
     embedded_threads: int = Field(4, gt=0, description="embedded mode: threads grading queued kinds")
 
 
+class JudgeSettings(BaseModel):
+    """The judge model endpoint(s) an operator allows. A request may name a model and one of the
+    allowed base URLs; it can never supply a key or an address outside the allow-list."""
+
+    # Exact base URLs (scheme, host, port, path) requests may use; anything else is refused.
+    allowed_base_urls: list[str] = Field(default_factory=list)
+    default_model: str | None = None
+    default_base_url: str | None = None
+    # NAME of the environment variable holding the API key (the key itself never lives in settings).
+    # None: keyless local endpoints (vLLM, SGLang) get a placeholder key.
+    api_key_env: str | None = None
+    timeout_seconds: float = Field(30.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10)  # extra attempts after rate limits, time-outs, 5xx
+    backoff_seconds: float = Field(1.0, ge=0)  # first retry wait; doubles each time
+    max_backoff_seconds: float = Field(20.0, ge=0)
+    max_tokens: int = Field(256, gt=0, le=4096)
+    # Longest candidate response shown to the judge (the tail is kept: answers come last).
+    max_response_chars: int = Field(8000, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SCALING_GRADER_", env_nested_delimiter="__", extra="ignore"
@@ -64,6 +84,7 @@ class Settings(BaseSettings):
     # Raw-file host of the pinned commit; tests point it at a loopback server.
     book_base_url: str = "https://raw.githubusercontent.com/jax-ml/scaling-book"
     book_download_timeout: float = Field(30.0, gt=0)
+    judge: JudgeSettings = JudgeSettings()
 
     def tolerance_for(self, split: str) -> float:
         # The ``tasks`` split is graded as rows; its tolerance lives under that name.

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import ApiError
+from app.tasks.book.source import BookSourceError
 
 __all__ = ["ApiError", "describe_validation_errors", "error_response", "install_error_handlers"]
 log = logging.getLogger(__name__)
@@ -59,6 +60,11 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 400:  # FastAPI's body decoding failures (non-UTF-8 bytes)
             error, detail = "malformed_body", "the request body could not be decoded as UTF-8 JSON"
         return error_response(exc.status_code, error, detail, getattr(exc, "headers", None))
+
+    @app.exception_handler(BookSourceError)
+    async def _book_source(request: Request, exc: BookSourceError) -> JSONResponse:
+        log.error("book source unavailable: %s", exc)
+        return error_response(503, "book_source_unavailable", str(exc)[:300], {"Retry-After": "30"})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

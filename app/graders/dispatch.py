@@ -38,6 +38,7 @@ class GradeOptions(BaseModel):
 GRADERS: dict[str, str] = {
     "numeric": "app.graders.numeric:grade_task",
     "rows": "app.graders.rows:grade_task",
+    "judge": "app.graders.judge:grade_task",
 }
 
 GraderFn = Callable[["Task", str, GradeOptions, "Settings"], GradeResult]

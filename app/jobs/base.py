@@ -66,8 +66,9 @@ class JobBackend(Protocol):
         """Reserve the job id for a request; raises ApiError 409 if the id was used for another body."""
         ...
 
-    async def enqueue(self, tenant: str, job_id: str, kind: str, payload: dict) -> None:
-        """Queue grading work under a claimed job id."""
+    async def enqueue(self, tenant: str, job_id: str, kind: str, payload: dict,
+                      max_in_flight: int | None = None) -> None:
+        """Queue grading work under a claimed job id; 429 past the tenant's in-flight cap."""
         ...
 
     async def store(self, tenant: str, job_id: str, result: GradeResult) -> None:

@@ -61,8 +61,17 @@ class EmbeddedJobs:
         finally:
             job.done.set()
 
-    async def enqueue(self, tenant: str, job_id: str, kind: str, payload: dict) -> None:
+    async def enqueue(self, tenant: str, job_id: str, kind: str, payload: dict,
+                      max_in_flight: int | None = None) -> None:
         job = self._jobs[job_id]
+        if max_in_flight is not None:
+            with self._lock:
+                busy = sum(1 for j in self._jobs.values()
+                           if j.tenant == tenant and j.future is not None and not j.done.is_set())
+            if busy >= max_in_flight:
+                del self._jobs[job_id]
+                why = f"at most {max_in_flight} queued gradings in flight for this tenant"
+                raise ApiError(429, "too_many_in_flight", why, {"Retry-After": "1"})
         job.future = self._pool.submit(self._run, job, payload)
 
     async def store(self, tenant: str, job_id: str, result: GradeResult) -> None:

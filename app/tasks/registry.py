@@ -18,6 +18,7 @@ SPLIT_LOADERS: dict[str, str] = {
     "synthetic": "app.tasks.synthetic.bank:load_bank",
     "book": "app.tasks.book.bank:load_bank",
     "tasks": "app.tasks.rows.bank:load_bank",
+    "exam": "app.tasks.exam.bank:load_bank",
 }
 
 

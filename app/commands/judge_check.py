@@ -1,0 +1,115 @@
+"""``scaling-grader judge-check --model M --base-url U``: grade the stored reference answers
+against themselves through a judge endpoint (each should get "yes") and, as a negative control,
+against another question's reference (each should get "no"), then report the agreement. Run it
+before trusting a judge model for rewards."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from app.graders.dispatch import GradeOptions, JudgeSpec
+from app.graders.judge import grade_task, normalise_base_url
+from app.graders.result import Outcome
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+    from app.tasks.base import Task
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("judge-check", help="measure a judge's agreement on stored references")
+    p.add_argument("--model", required=True, help="judge model name")
+    p.add_argument("--base-url", required=True, help="OpenAI-compatible base URL (e.g. http://host:8000/v1)")
+    p.add_argument("--split", default="exam", help="split whose judge items are checked (default exam)")
+    p.add_argument("--limit", type=int, default=0, help="check at most this many items (0: all)")
+    p.add_argument("--concurrency", type=int, default=4, help="parallel judge requests")
+    p.add_argument("--no-negatives", action="store_true", help="skip the mismatched-reference control")
+    p.add_argument("--min-agreement", type=float, default=0.9, help="exit 1 below this agreement")
+    p.add_argument("--verbose", action="store_true", help="print every disagreement")
+    p.set_defaults(func=run)
+
+
+def _operator_settings(settings: Settings, base_url: str) -> Settings:
+    """The operator runs this command, so the endpoint under test is allowed for this run only."""
+    allowed = [*settings.judge.allowed_base_urls, base_url]
+    judge = settings.judge.model_copy(update={"allowed_base_urls": allowed})
+    return settings.model_copy(update={"judge": judge})
+
+
+def check_cases(tasks: list[Task], negatives: bool, seed: int = 0) -> list[tuple[Task, str, bool]]:
+    """(task, completion, expected verdict): each reference against itself, and optionally against
+    the reference of a question from another chapter."""
+    cases = [(t, str(t.gold), True) for t in tasks]
+    if negatives and len(tasks) > 1:
+        rng = random.Random(seed)
+        for t in tasks:
+            others = [o for o in tasks if o.chapter != t.chapter] or [o for o in tasks if o.id != t.id]
+            cases.append((t, str(rng.choice(others).gold), False))
+    return cases
+
+
+def run_check(settings: Settings, tasks: list[Task], *, model: str, base_url: str, negatives: bool = True,
+              concurrency: int = 4) -> dict[str, object]:
+    settings = _operator_settings(settings, base_url)
+    options = GradeOptions(judge=JudgeSpec(model=model, base_url=base_url))
+    cases = check_cases(tasks, negatives)
+
+    def grade_one(case: tuple[Task, str, bool]) -> tuple[Task, bool, Outcome]:
+        task, completion, expected = case
+        return task, expected, grade_task(task, completion, options, settings).outcome
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        results = list(pool.map(grade_one, cases))
+    scored = [(t, exp, out) for t, exp, out in results if out in (Outcome.correct, Outcome.incorrect)]
+    agree = [(t, exp, out) for t, exp, out in scored if (out is Outcome.correct) == exp]
+    errors = [(t, exp, out) for t, exp, out in results if out not in (Outcome.correct, Outcome.incorrect)]
+    return {
+        "cases": len(results),
+        "scored": len(scored),
+        "agreed": len(agree),
+        "agreement": len(agree) / len(scored) if scored else 0.0,
+        "positives_yes": sum(1 for _, exp, out in scored if exp and out is Outcome.correct),
+        "positives": sum(1 for _, exp, _ in results if exp),
+        "negatives_no": sum(1 for _, exp, out in scored if not exp and out is Outcome.incorrect),
+        "negatives": sum(1 for _, exp, _ in results if not exp),
+        "errors": len(errors),
+        "disagreements": [(t.id, exp) for t, exp, out in scored if (out is Outcome.correct) != exp],
+        "error_outcomes": sorted({out.value for _, _, out in errors}),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.settings import get_settings
+    from app.tasks.registry import get_bank
+
+    try:
+        base_url = normalise_base_url(args.base_url)
+    except Exception as exc:
+        print(f"judge-check: {exc}")
+        return 2
+    settings = get_settings()
+    bank = get_bank(args.split, settings)
+    tasks = [t for t in bank.batch(seed=0, n=bank.size() or 0) if t.grading == "judge"]
+    tasks.sort(key=lambda t: t.id)
+    if args.limit:
+        tasks = tasks[: args.limit]
+    if not tasks:
+        print(f"judge-check: split {args.split!r} has no judge-graded items")
+        return 2
+    print(f"judge-check: {args.model} at {base_url} on {len(tasks)} {args.split} items")
+    report = run_check(settings, tasks, model=args.model, base_url=base_url,
+                       negatives=not args.no_negatives, concurrency=args.concurrency)
+    print(f"  references judged correct:   {report['positives_yes']}/{report['positives']}")
+    if not args.no_negatives:
+        print(f"  mismatched judged incorrect: {report['negatives_no']}/{report['negatives']}")
+    print(f"  judge errors (unscored):     {report['errors']} {report['error_outcomes'] or ''}".rstrip())
+    print(f"  agreement: {report['agreement']:.1%} of {report['scored']} scored cases")
+    if args.verbose:
+        for task_id, expected in report["disagreements"]:  # type: ignore[union-attr]
+            print(f"    disagree: {task_id} (expected {'yes' if expected else 'no'})")
+    if report["scored"] == 0:
+        return 2
+    return 0 if report["agreement"] >= args.min_agreement else 1

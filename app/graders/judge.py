@@ -1,0 +1,253 @@
+"""Judge grading: an OpenAI-compatible chat model decides whether a response agrees with the
+stored reference. The model is chosen per request (GradeOptions.judge) or defaults from settings;
+the base URL must be on the operator's allow-list, so a tenant cannot aim the service at internal
+addresses; the API key comes from the environment variable settings name, never from a request.
+A judge that cannot be reached or answers nonsense yields ``judge_error``: unscored, never a
+reward."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+
+from app.graders.judge_prompt import build_messages, candidate_text, parse_verdict
+from app.graders.result import GradeResult, Outcome
+
+if TYPE_CHECKING:
+    from app.graders.dispatch import GradeOptions
+    from app.settings import JudgeSettings, Settings
+    from app.tasks.base import Task
+
+log = logging.getLogger(__name__)
+
+# Sent with every judge request: thinking models must answer directly within the token budget.
+EXTRA_BODY = {"chat_template_kwargs": {"enable_thinking": False}}
+KEYLESS_PLACEHOLDER = "EMPTY"  # what keyless local servers (vLLM, SGLang) expect
+
+
+class JudgeUnavailable(Exception):
+    """No usable judge for this request: the message is safe to show the client."""
+
+
+class JudgeCallFailed(Exception):
+    def __init__(self, reason: str, attempts: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.attempts = attempts
+
+
+@dataclass(frozen=True)
+class JudgeTarget:
+    model: str
+    base_url: str
+    api_key: str
+
+    def __repr__(self) -> str:  # never show the key, even in a debugger or a log line
+        return f"JudgeTarget(model={self.model!r}, base_url={self.base_url!r})"
+
+
+def normalise_base_url(url: str) -> str:
+    """Canonical form for allow-list comparison: lower-case scheme and host, no trailing slash.
+    Credentials, queries and fragments are refused outright."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise JudgeUnavailable("judge base_url must be an http(s) URL")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise JudgeUnavailable("judge base_url must not carry credentials, a query or a fragment")
+    netloc = parts.hostname.lower() + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _allowed(judge: JudgeSettings) -> set[str]:
+    out = set()
+    for url in judge.allowed_base_urls:
+        try:
+            out.add(normalise_base_url(url))
+        except JudgeUnavailable:
+            log.warning("ignoring malformed entry in the judge allow-list")
+    return out
+
+
+def resolve_judge(options: GradeOptions, settings: Settings) -> JudgeTarget:
+    """The model, allow-listed base URL and key for this request, or JudgeUnavailable."""
+    judge = settings.judge
+    spec = options.judge
+    model = spec.model if spec is not None else judge.default_model
+    if not model:
+        raise JudgeUnavailable("no judge model: name one in options.judge.model or configure a default")
+    requested = spec.base_url if spec is not None and spec.base_url else judge.default_base_url
+    if not requested:
+        raise JudgeUnavailable("no judge base_url: name one in options.judge.base_url or configure a default")
+    base_url = normalise_base_url(requested)
+    if base_url not in _allowed(judge):
+        raise JudgeUnavailable("judge base_url is not on the operator's allow-list")
+    if judge.api_key_env:
+        api_key = os.environ.get(judge.api_key_env, "")
+        if not api_key:
+            raise JudgeUnavailable("the judge API key is not configured on this server")
+    else:
+        api_key = KEYLESS_PLACEHOLDER
+    return JudgeTarget(model=model, base_url=base_url, api_key=api_key)
+
+
+def judge_problem(options: GradeOptions, settings: Settings) -> str | None:
+    """Why no judge can serve this request, or None if one can."""
+    try:
+        resolve_judge(options, settings)
+    except JudgeUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def judge_available(options: GradeOptions, settings: Settings) -> bool:
+    return judge_problem(options, settings) is None
+
+
+def require_judge_for(tasks: Iterable[Task], options: GradeOptions, settings: Settings) -> None:
+    """Refuse up front (JudgeUnavailable) a request holding judge items when no judge is usable,
+    instead of returning a judge_error per item after the fact."""
+    if any(t.grading == "judge" for t in tasks):
+        problem = judge_problem(options, settings)
+        if problem is not None:
+            raise JudgeUnavailable(f"this request contains judge-graded items but {problem}")
+
+
+# ---- transport ------------------------------------------------------------------------------
+
+_clients: dict[tuple[str, str, float], openai.OpenAI] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(target: JudgeTarget, timeout: float) -> openai.OpenAI:
+    """One client per endpoint, key and timeout, reused so connections are pooled."""
+    key = (target.base_url, hashlib.sha256(target.api_key.encode()).hexdigest(), timeout)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            # Retries are ours (bounded, logged without secrets), so the client's are off; redirects
+            # are not followed, so an allowed endpoint cannot bounce a request to another address.
+            client = openai.OpenAI(
+                base_url=target.base_url, api_key=target.api_key, timeout=timeout, max_retries=0,
+                http_client=openai.DefaultHttpxClient(follow_redirects=False, timeout=timeout),
+            )
+            _clients[key] = client
+        return client
+
+
+_RETRYABLE = (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError,
+              openai.InternalServerError)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    try:
+        return float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+
+
+def _describe(exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, openai.APITimeoutError):
+        return "the judge timed out"
+    if isinstance(exc, openai.RateLimitError):
+        return "the judge kept rate-limiting (429)"
+    if isinstance(exc, openai.APIConnectionError):
+        return "the judge endpoint could not be reached"
+    if status is not None:
+        return f"the judge endpoint answered HTTP {status}"
+    return f"the judge call failed ({type(exc).__name__})"
+
+
+def call_judge(
+    target: JudgeTarget, messages: list[dict[str, str]], judge: JudgeSettings
+) -> tuple[str | None, int]:
+    """The judge's reply text and the number of attempts; JudgeCallFailed when retries run out
+    or the endpoint refuses the request."""
+    client = _client(target, judge.timeout_seconds)
+    attempts = 0
+    delay = judge.backoff_seconds
+    while True:
+        attempts += 1
+        try:
+            completion = client.chat.completions.create(
+                model=target.model,
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=judge.max_tokens,
+                temperature=0.0,
+                extra_body=EXTRA_BODY,
+            )
+        except _RETRYABLE as exc:
+            log.warning("judge %s at %s: %s (attempt %d)", target.model, target.base_url,
+                        type(exc).__name__, attempts)
+            if attempts > judge.max_retries:
+                raise JudgeCallFailed(_describe(exc), attempts) from None
+            wait = _retry_after(exc)
+            wait = delay if wait is None else wait
+            time.sleep(min(max(wait, 0.0), judge.max_backoff_seconds))
+            delay = min(delay * 2, judge.max_backoff_seconds)
+            continue
+        except openai.OpenAIError as exc:  # 4xx other than 429, malformed responses: not retried
+            log.warning("judge %s at %s: %s", target.model, target.base_url, type(exc).__name__)
+            raise JudgeCallFailed(_describe(exc), attempts) from None
+        choices = completion.choices or []
+        text = choices[0].message.content if choices and choices[0].message else None
+        return text, attempts
+
+
+# ---- grading --------------------------------------------------------------------------------
+
+
+def grade_task(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:
+    judge = settings.judge
+    try:
+        target = resolve_judge(options, settings)
+    except JudgeUnavailable as exc:
+        return GradeResult(grading="judge", outcome=Outcome.invalid_request, reward=0.0,
+                           explanation=str(exc))
+    if not isinstance(task.gold, str) or not task.gold.strip():
+        return GradeResult(grading="judge", outcome=Outcome.error, reward=0.0,
+                           explanation="the task has no reference answer to judge against")
+    details = {"judge_model": target.model, "judge_base_url": target.base_url}
+    response = candidate_text(completion, judge.max_response_chars)
+    if not response:
+        return GradeResult(grading="judge", outcome=Outcome.no_answer, reward=0.0,
+                           explanation="the completion holds no answer to judge", details=details)
+    question = str(task.hidden.get("question") or task.prompt)
+    context = task.hidden.get("context")
+    messages = build_messages(question, task.gold, response, context if isinstance(context, str) else None)
+    start = time.perf_counter()
+    try:
+        reply, attempts = call_judge(target, messages, judge)
+    except JudgeCallFailed as exc:
+        details.update(attempts=exc.attempts, latency_s=round(time.perf_counter() - start, 3))
+        return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,
+                           explanation=f"{exc.reason}; the item was not scored",
+                           extracted_answer=response[:500], details=details)
+    verdict = parse_verdict(reply)
+    details.update(verdict=(reply or "")[:200], attempts=attempts,
+                   latency_s=round(time.perf_counter() - start, 3))
+    if verdict is None:
+        return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,
+                           explanation="the judge's reply was not a yes/no verdict; the item was not scored",
+                           extracted_answer=response[:500], details=details)
+    return GradeResult(
+        grading="judge",
+        outcome=Outcome.correct if verdict else Outcome.incorrect,
+        reward=1.0 if verdict else 0.0,
+        explanation="the judge found the response agrees with the reference" if verdict
+        else "the judge found the response does not agree with the reference",
+        extracted_answer=response[:500],
+        details=details,
+    )

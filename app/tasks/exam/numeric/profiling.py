@@ -1,0 +1,66 @@
+"""Profiling: turning trace timings into utilisation, bandwidth and memory figures."""
+
+from app.tasks.exam import formulas as fm
+from app.tasks.exam.numeric import collector
+
+QUESTIONS, numeric = collector()
+
+
+@numeric(1, "profiling.profiler", "%", """
+    A trace shows a bf16 matmul fusion of a [{b}, {d}] activation with a [{d}, {f}] weight taking
+    {t} s on a chip with {peak} FLOPs/s. What fraction of peak FLOPs/s did it achieve?""",
+    b=8192, d=8192, f=32768, t=0.0245, peak=1.97e14)
+def fusion_flops_utilisation(b, d, f, t, peak):
+    return fm.matmul_flops(b, d, f) / t / peak
+
+
+@numeric(2, "profiling.profiler", "%", """
+    An elementwise fusion in the trace reads and writes {nbytes} bytes in total and takes {t} s.
+    With {bw} bytes/s of memory bandwidth available, what fraction of it did the fusion use?""",
+    nbytes=2.4e9, t=0.0033, bw=8.1e11)
+def fusion_bandwidth_utilisation(nbytes, t, bw):
+    return nbytes / t / bw
+
+
+@numeric(3, "profiling.profiler", "%", """
+    A training step of a {params}-parameter model on a batch of {tokens} tokens takes {step} s on
+    {chips} chips of {peak} FLOPs/s according to the profile. Using 6 FLOPs per parameter per
+    token, what model FLOPs utilisation does the step reach?""",
+    params=7e9, tokens=1048576, step=0.75, chips=256, peak=4.59e14)
+def step_mfu(params, tokens, step, chips, peak):
+    return fm.training_flops(params, tokens) / (step * chips * peak)
+
+
+@numeric(4, "profiling.profiler", "B", """
+    The memory profile of an FSDP run over {chips} chips shows parameters at {pbytes} bytes and
+    optimizer state at {obytes} bytes per parameter, all fully sharded. For a {params}-parameter
+    model, how many bytes of that state sit on each chip?""",
+    chips=256, pbytes=2, obytes=8, params=7e9)
+def state_per_chip(chips, pbytes, obytes, params):
+    return params * (pbytes + obytes) / chips
+
+
+@numeric(5, ("profiling.profiler", "sharding.allgather-reducescatter"), "%", """
+    A reduce-scatter op in the trace moves an array of {nbytes} bytes over a ring and takes {t} s.
+    The ring's links are rated at {w} bytes/s bidirectionally. What fraction of the rated bandwidth
+    did the collective achieve?""",
+    nbytes=6.7e7, t=0.00081, w=9e10)
+def collective_efficiency(nbytes, t, w):
+    return fm.allgather_time(nbytes, w) / t
+
+
+@numeric(6, ("profiling.stack", "profiling.profiler"), "", """
+    An HLO dot of a bf16[{b},{d}] operand with a bf16[{d},{f}] operand appears in the trace taking
+    {t} s on a chip with {peak} FLOPs/s. How many times slower than its compute-bound ideal is it?""",
+    b=256, d=4096, f=4096, t=0.00011, peak=1.97e14)
+def dot_slowdown(b, d, f, t, peak):
+    return t / fm.compute_time(fm.matmul_flops(b, d, f), peak)
+
+
+@numeric(7, "profiling.stack", "B", """
+    A compiled program's memory viewer lists {layers} saved activations per layer, each a bf16
+    array ({b} bytes per element) of shape [{tokens}, {d}], for {n} layers. How many bytes do
+    these activations take?""",
+    layers=4, b=2, tokens=65536, d=5120, n=40)
+def saved_activations(layers, b, tokens, d, n):
+    return layers * b * tokens * d * n

@@ -1,0 +1,88 @@
+"""Parallelism for training: data parallelism, FSDP, tensor parallelism, their mix, DCN."""
+
+from app.tasks.exam import formulas as fm
+from app.tasks.exam.numeric import collector
+
+QUESTIONS, numeric = collector()
+
+
+@numeric(1, "training.data-parallel", "tokens", """
+    Pure data parallelism runs over {axes} ICI axes of a chip with {peak} FLOPs/s whose links carry
+    {w} bytes/s bidirectionally. Below what per-chip token batch size does the gradient AllReduce
+    stop being hidden behind the backward-pass compute?""",
+    axes=2, peak=4.59e14, w=1.8e11)
+def dp_threshold(axes, peak, w):
+    return fm.dp_min_batch_per_chip(peak, w, axes)
+
+
+@numeric(2, "training.data-parallel", "params", """
+    With pure data parallelism every chip keeps the full model: bf16 parameters ({pbytes} bytes
+    each) plus Adam state and master weights costing {obytes} bytes per parameter. With {hbm} bytes
+    of HBM per chip and nothing else stored, what is the largest model that fits?""",
+    pbytes=2, obytes=8, hbm=9.6e10)
+def dp_max_params(pbytes, obytes, hbm):
+    return hbm / (pbytes + obytes)
+
+
+@numeric(3, "training.fsdp", "tokens", """
+    A model is trained with FSDP over {chips} chips, using all {axes} axes of the torus. Each chip
+    does {peak} FLOPs/s and each link carries {w} bytes/s bidirectionally. What is the smallest
+    global batch (in tokens) at which the weight gathers and gradient reduce-scatters stay hidden
+    behind compute?""",
+    chips=4096, axes=3, peak=4.59e14, w=1.8e11)
+def fsdp_min_global_batch(chips, axes, peak, w):
+    return chips * fm.dp_min_batch_per_chip(peak, w, axes)
+
+
+@numeric(4, "training.tensor-parallel", "chips", """
+    A model with MLP hidden size F = {f} uses tensor parallelism over {axes} mesh axis on chips
+    with {peak} FLOPs/s and {w} bytes/s bidirectional link bandwidth. What is the largest
+    tensor-parallel degree before the activation collectives dominate?""",
+    f=24576, axes=1, peak=4.59e14, w=1.8e11)
+def tp_limit(f, axes, peak, w):
+    return fm.tp_max_degree(f, peak, w, axes)
+
+
+@numeric(5, "training.mixed", "tokens", """
+    Mixing FSDP with tensor parallelism on a 3D torus gives M_X * M_Y = {axes_product}. With chips
+    of {peak} FLOPs/s, links of {w} bytes/s bidirectional and an MLP hidden size of {f}, what is the
+    smallest per-chip token batch that remains compute-bound?""",
+    axes_product=2, peak=4.59e14, w=1.8e11, f=53248)
+def mixed_threshold(axes_product, peak, w, f):
+    return fm.mixed_min_batch_per_chip(peak, w, f, axes_product)
+
+
+@numeric(6, "training.mixed", "chips", """
+    A run mixes FSDP (degree X) with tensor parallelism on {chips} chips, a global batch of
+    {batch} tokens and MLP hidden size {f}; FSDP uses {mx} mesh axes and tensor parallelism {my}.
+    Using X_opt = sqrt(B / F * M_X / M_Y * N), what FSDP degree balances the two kinds of
+    communication?""",
+    chips=2048, batch=2097152, f=16384, mx=2, my=1)
+def fsdp_degree(chips, batch, f, mx, my):
+    return fm.optimal_fsdp(batch, f, mx, my, chips)
+
+
+@numeric(7, "training.pipeline-dcn", "tokens", """
+    {pods} pods are joined over DCN and run pure data parallelism between pods. Each chip computes
+    at {peak} FLOPs/s and has {dcn} bytes/s of DCN egress. What is the minimum global batch, in
+    tokens, for the cross-pod gradient AllReduce to stay hidden behind compute?""",
+    pods=4, peak=9.2e14, dcn=1.25e10)
+def dcn_min_batch(pods, peak, dcn):
+    # T_math = 8BDF / (N C) and T_comms = 8DF / (M W_dcn): each pod needs B M / N > C / W_dcn.
+    return pods * peak / dcn
+
+
+@numeric(8, "training.pipeline-dcn", "%", """
+    A naive pipeline schedule with {stages} stages runs {micro} microbatches per step. What
+    fraction of the stages' time is lost to the pipeline bubble?""",
+    stages=8, micro=24)
+def bubble(stages, micro):
+    return fm.pipeline_bubble(stages, micro)
+
+
+@numeric(9, ("training.mixed", "training.fsdp"), "s", """
+    A {params}-parameter model trains on batches of {batch} tokens across {chips} chips of {peak}
+    FLOPs/s at {mfu} model FLOPs utilisation (a fraction). How long does one step take?""",
+    params=3e10, batch=4194304, chips=2048, peak=4.59e14, mfu=0.5)
+def step_time(params, batch, chips, peak, mfu):
+    return fm.training_time(params, batch, chips, peak, mfu)

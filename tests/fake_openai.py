@@ -1,0 +1,200 @@
+"""A small deterministic OpenAI-compatible chat-completions server for tests and benchmarks.
+
+A real HTTP server on loopback (ThreadingHTTPServer in a daemon thread). The requested model name
+picks the behaviour, so concurrent tests never disturb one another:
+
+    judge-yes / judge-no        always answer "yes" / "no"
+    judge-garbage               answer something that is not a verdict
+    judge-think                 answer "<think>...</think> Yes."
+    judge-empty                 answer with null content
+    judge-429-then-yes          429 (Retry-After: 0) on the first call for a conversation, then yes
+    judge-500-then-yes          500 on the first call for a conversation, then yes
+    judge-always-429            always 429
+    judge-401                   always 401 (bad key)
+    judge-slow                  sleep ``slow_seconds`` before answering yes
+    judge-match                 yes iff the candidate response equals the reference answer
+    judge-redirect              307 to another address (must not be followed)
+    anything else               404 model not found
+
+Every request is recorded (path, headers, JSON body) so tests can assert exactly what was sent."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_REFERENCE = re.compile(r"Reference answer:\n(.*?)\n\n(?:Source passage|Candidate response)", re.DOTALL)
+_CANDIDATE = re.compile(r"Candidate response:\n<<<\n(.*?)\n>>>", re.DOTALL)
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeOpenAI:
+    slow_seconds: float = 2.0
+    requests: list[Recorded] = field(default_factory=list)
+    _seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                # Headers and body go out in separate writes: without this, Nagle's algorithm
+                # and delayed ACKs add ~40 ms to every response.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {}
+                with fake._lock:
+                    fake.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()},
+                                                  body))
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    return self._send(404, {"error": {"message": "not found", "type": "not_found"}})
+                status, payload, headers = fake.respond(body)
+                self._send(status, payload, headers)
+
+            def _send(self, status: int, payload: dict[str, Any],
+                      headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (time-out tests)
+                    pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self._seen.clear()
+
+    # ---- behaviours ---------------------------------------------------------------------------
+
+    def _first_call(self, model: str, body: dict[str, Any]) -> bool:
+        conversation = json.dumps(body.get("messages", []), sort_keys=True)
+        with self._lock:
+            n = self._seen.get((model, conversation), 0)
+            self._seen[(model, conversation)] = n + 1
+        return n == 0
+
+    def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        model = str(body.get("model", ""))
+        if model == "judge-yes":
+            return 200, _completion(model, "yes"), {}
+        if model == "judge-no":
+            return 200, _completion(model, "No."), {}
+        if model == "judge-garbage":
+            return 200, _completion(model, "It depends on how you look at it."), {}
+        if model == "judge-think":
+            return 200, _completion(model, "<think>compare both</think>\nYes."), {}
+        if model == "judge-empty":
+            return 200, _completion(model, None), {}
+        if model == "judge-429-then-yes":
+            if self._first_call(model, body):
+                return 429, _error("rate limited", "rate_limit_exceeded"), {"retry-after": "0"}
+            return 200, _completion(model, "yes"), {}
+        if model == "judge-500-then-yes":
+            if self._first_call(model, body):
+                return 500, _error("upstream failure", "server_error"), {}
+            return 200, _completion(model, "yes"), {}
+        if model == "judge-always-429":
+            return 429, _error("rate limited", "rate_limit_exceeded"), {"retry-after": "0"}
+        if model == "judge-401":
+            return 401, _error("invalid api key", "invalid_api_key"), {}
+        if model == "judge-slow":
+            time.sleep(self.slow_seconds)
+            return 200, _completion(model, "yes"), {}
+        if model == "judge-redirect":
+            return 307, _error("moved", "redirect"), {"location": "http://169.254.169.254/v1/chat/completions"}
+        if model == "judge-match":
+            messages = body.get("messages", [])
+            user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
+            ref, cand = _REFERENCE.search(user), _CANDIDATE.search(user)
+            same = bool(ref and cand and " ".join(ref.group(1).split()) == " ".join(cand.group(1).split()))
+            return 200, _completion(model, "yes" if same else "no"), {}
+        return 404, _error(f"model {model!r} not found", "model_not_found"), {}
+
+
+def _completion(model: str, content: str | None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def _error(message: str, code: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": code, "code": code}}
+
+
+def main() -> None:
+    """Run standalone (benchmarks use a separate process so client and server do not share a GIL):
+    prints the base URL on the first line, then serves until killed."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m tests.fake_openai")
+    parser.add_argument("--slow-seconds", type=float, default=2.0)
+    args = parser.parse_args()
+    server = FakeOpenAI(slow_seconds=args.slow_seconds).start()
+    print(server.base_url, flush=True)
+    try:
+        sys.stdin.read()  # serve until the parent closes our stdin (or kills us)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from app.settings import JudgeSettings, Settings
+from tests.fake_openai import FakeOpenAI
+
+KEY_ENV = "SCALING_GRADER_TEST_JUDGE_KEY"
+KEY = "sk-test-not-a-real-key-7f3a"
+
+
+@pytest.fixture(scope="session")
+def fake_openai() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI(slow_seconds=1.5).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake(fake_openai: FakeOpenAI) -> FakeOpenAI:
+    fake_openai.reset()
+    return fake_openai
+
+
+@pytest.fixture
+def judge_settings(fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, tmp_path) -> Callable[..., Settings]:
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+    def make(**overrides: Any) -> Settings:
+        judge = {
+            "allowed_base_urls": [fake.base_url],
+            "api_key_env": KEY_ENV,
+            "timeout_seconds": 5.0,
+            "max_retries": 2,
+            "backoff_seconds": 0.01,
+            **overrides,
+        }
+        return Settings(judge=JudgeSettings(**judge), book_cache=tmp_path)
+
+    return make
