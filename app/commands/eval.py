@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per sampling request")
+    p.add_argument("--max-retries", type=int, default=3, help="retries per sampling request (openai client)")
     p.add_argument("--service-url", help="grade through this service instead of in-process")
     p.add_argument("--tolerance", type=float, help="relative tolerance override for numeric items")
     p.add_argument("--judge-model", help="judge model for judge-graded items")
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     config = EvalConfig(
         model=args.model, base_url=args.base_url, api_key_var=args.api_key_var, rollouts=args.rollouts,
         concurrency=args.concurrency, temperature=args.temperature, max_tokens=args.max_tokens,
-        request_timeout=args.timeout, seed=args.seed, service_url=args.service_url, tolerance=args.tolerance,
+        request_timeout=args.timeout, max_retries=args.max_retries, seed=args.seed, service_url=args.service_url, tolerance=args.tolerance,
         judge_model=args.judge_model, judge_base_url=args.judge_base_url, judge_api_key_var=args.judge_api_key_var,
     )
     bar = progress_bar(len(tasks) * args.rollouts, f"eval {args.model}", enabled=not args.no_progress)
