@@ -72,3 +72,21 @@ def test_unknown_split_and_empty_filters_are_refused() -> None:
         load_environment(split="no-such-split")
     with pytest.raises(ValueError, match="no tasks"):
         load_environment(split="synthetic", chapters="not-a-chapter", num_synthetic_examples=2)
+
+
+@pytest.mark.parametrize(("judge_model", "reward", "scored"), [
+    ("judge-yes", 1.0, 1.0), ("judge-no", 0.0, 1.0), ("judge-garbage", 0.0, 0.0),
+])
+def test_judge_items_go_to_the_judge_given(judge_model: str, reward: float, scored: float) -> None:
+    fake = PolicyFake().start()
+    try:
+        env = load_environment(split="exam", chapters="roofline", judge_model=judge_model,
+                               judge_base_url=fake.base_url)
+        judged = [r for r in env.get_eval_dataset().to_list() if r["info"]["grading"] == "judge"][:2]
+        assert judged
+        for row in judged:
+            got, metrics, result = _score(env, row, "Because the arithmetic intensity is below the ridge point.")
+            assert (got, metrics["scored"]) == (reward, scored), result["explanation"]
+        assert {r.body["model"] for r in fake.requests} == {judge_model}
+    finally:
+        fake.stop()
