@@ -1,0 +1,75 @@
+"""Reward endpoints against the batch grading endpoint they wrap, in the same run on the same
+server and the same items:
+
+1. items/s through POST /v1/rewards and OpenRLHF's POST /get_reward (which also cuts prompts
+   off queries) vs POST /v1/grade/batch (target: rewards >= 0.9x of batch: the wrapper is thin);
+2. the Python client: ``GraderClient.rewards`` on a list (chunked batches) vs one ``grade`` call
+   per item, the way a naive reward function would do it (the batching pays: expect >> 1x)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from bench.bench_http import uvicorn_server
+from bench.loadgen import request_bytes, run_load
+
+CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _items(n: int) -> tuple[list[dict], list[str], list[str], list[str]]:
+    from app.tasks.synthetic.bank import SyntheticBank
+
+    tasks = SyntheticBank().batch(seed=9, n=n)
+    items, prompts, queries, labels = [], [], [], []
+    for i, t in enumerate(tasks):
+        gold = list(t.gold)
+        if i % 2:  # half wrong: grading work is not all on the happy path
+            gold[0] = "1e-30 " + gold[0].split(" ", 1)[-1]
+        completion = "Reasoning.\nFinal answer: " + ", ".join(gold)
+        items.append({"task_id": t.id, "completion": completion})
+        prompt = CHATML.format(t.prompt)
+        prompts.append(prompt)
+        queries.append(prompt + completion + "<|im_end|>")
+        labels.append(t.id)
+    return items, prompts, queries, labels
+
+
+def _items_per_second(port: int, path: str, body: dict, batch: int, seconds: float) -> float:
+    raw = request_bytes("127.0.0.1", port, "POST", path, body)
+    asyncio.run(run_load("127.0.0.1", port, lambda i: raw, connections=2, seconds=min(0.5, seconds)))  # warm-up
+    result = asyncio.run(run_load("127.0.0.1", port, lambda i: raw, connections=4, seconds=seconds))
+    assert result.errors == 0, result.statuses
+    return result.ok * batch / result.seconds
+
+
+def main(smoke: bool) -> None:
+    from app.client import GraderClient
+
+    batch = 64 if smoke else 256
+    seconds = 1.0 if smoke else 6.0
+    items, prompts, queries, labels = _items(batch)
+    with uvicorn_server(["--factory", "app.main:create_app"]) as port:
+        grade_batch = _items_per_second(port, "/v1/grade/batch", {"items": items}, batch, seconds)
+        rewards = _items_per_second(port, "/v1/rewards", {"items": items}, batch, seconds)
+        openrlhf = _items_per_second(port, "/get_reward", {"query": queries, "prompts": prompts, "labels": labels},
+                                     batch, seconds)
+        url = f"http://127.0.0.1:{port}"
+        n = 64 if smoke else 512
+        many = (items * (n // len(items) + 1))[:n]
+        with GraderClient(url) as client:
+            client.rewards(many[:8])  # connect and warm up
+            start = time.perf_counter()
+            batched = client.rewards(many)
+            batched_s = time.perf_counter() - start
+            start = time.perf_counter()
+            single = [client.grade(**item).reward for item in many]
+            single_s = time.perf_counter() - start
+        assert batched == single, "batched and one-by-one rewards differ"
+    print(f"   POST /v1/grade/batch: {grade_batch:,.0f} items/s (batches of {batch})")
+    print(f"   POST /v1/rewards:     {rewards:,.0f} items/s   ratio vs batch {rewards / grade_batch:.2f} (>= 0.9)")
+    print(f"   POST /get_reward:     {openrlhf:,.0f} items/s   ratio vs batch {openrlhf / grade_batch:.2f}")
+    print(f"   client.rewards({n} items): {n / batched_s:,.0f} items/s; one grade() per item: {n / single_s:,.0f} "
+          f"items/s; ratio {single_s / batched_s:.1f}x")
+    print("   (rewards identical both ways: " + json.dumps(batched[:4]) + " ...)")
