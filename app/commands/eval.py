@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     config = EvalConfig(
         model=args.model, base_url=args.base_url, api_key_var=args.api_key_var, rollouts=args.rollouts,
         concurrency=args.concurrency, temperature=args.temperature, max_tokens=args.max_tokens,
-        request_timeout=args.timeout, max_retries=args.max_retries, seed=args.seed, service_url=args.service_url, tolerance=args.tolerance,
+        request_timeout=args.timeout, max_retries=args.max_retries, seed=args.seed, service_url=args.service_url,
+        tolerance=args.tolerance,
         judge_model=args.judge_model, judge_base_url=args.judge_base_url, judge_api_key_var=args.judge_api_key_var,
     )
     bar = progress_bar(len(tasks) * args.rollouts, f"eval {args.model}", enabled=not args.no_progress)
