@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import itertools
 import os
 import random
 import time
@@ -107,8 +108,17 @@ class _Base:
         self.retry = retry or RetryPolicy()
         self._rng = random.Random(seed)
 
-    def _should_retry(self, attempt: int, response: httpx.Response | None) -> bool:
-        return attempt < self.retry.max_retries and (response is None or response.status_code in RETRY_STATUSES)
+    def _settle(self, attempt: int, response: httpx.Response | None, error: Exception | None) -> tuple[bool, Any]:
+        """After one attempt: (True, decoded body) when the call is over, (False, seconds to wait)
+        before the next attempt; GraderError when it failed for good."""
+        if response is not None and response.status_code < 400:
+            return True, response.json()
+        retryable = response is None or response.status_code in RETRY_STATUSES
+        if attempt >= self.retry.max_retries or not retryable:
+            if response is None:
+                raise GraderError(None, type(error).__name__, "no response after retries")
+            raise _error_from(response)
+        return False, self.retry.delay(attempt, response, self._rng)
 
 
 class GraderClient(_Base):
@@ -134,21 +144,16 @@ class GraderClient(_Base):
 
     def request(self, method: str, path: str, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
         """One call with retries; the decoded JSON body, or GraderError."""
-        attempt = 0
-        while True:
-            response: httpx.Response | None = None
+        for attempt in itertools.count():
+            response, error = None, None
             try:
                 response = self._http.request(method, path, json=json, params=params)
             except RETRY_ERRORS as exc:
-                if not self._should_retry(attempt, None):
-                    raise GraderError(None, type(exc).__name__, "no response after retries") from None
-            else:
-                if response.status_code < 400:
-                    return response.json()
-                if not self._should_retry(attempt, response):
-                    raise _error_from(response)
-            time.sleep(self.retry.delay(attempt, response, self._rng))
-            attempt += 1
+                error = exc
+            done, value = self._settle(attempt, response, error)
+            if done:
+                return value
+            time.sleep(value)
 
     def result(self, body: Mapping[str, Any]) -> GradeResult:
         """A grade response as a result, polling the job first if the service queued it (202)."""
@@ -208,22 +213,17 @@ class AsyncGraderClient(_Base):
 
     async def request(self, method: str, path: str, json: Any = None,
                       params: Mapping[str, Any] | None = None) -> Any:
-        attempt = 0
-        while True:
-            response: httpx.Response | None = None
+        for attempt in itertools.count():
+            response, error = None, None
             try:
                 async with self._semaphore:
                     response = await self._http.request(method, path, json=json, params=params)
             except RETRY_ERRORS as exc:
-                if not self._should_retry(attempt, None):
-                    raise GraderError(None, type(exc).__name__, "no response after retries") from None
-            else:
-                if response.status_code < 400:
-                    return response.json()
-                if not self._should_retry(attempt, response):
-                    raise _error_from(response)
-            await asyncio.sleep(self.retry.delay(attempt, response, self._rng))
-            attempt += 1
+                error = exc
+            done, value = self._settle(attempt, response, error)
+            if done:
+                return value
+            await asyncio.sleep(value)
 
     async def result(self, body: Mapping[str, Any]) -> GradeResult:
         while _is_pending(body):

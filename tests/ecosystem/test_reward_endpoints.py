@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import httpx
 import pytest
@@ -104,3 +105,13 @@ def test_malformed_json_and_oversized_batches_are_refused_without_echo(http: htt
     too_many = {"items": [{"task_id": "synthetic/0/0", "completion": "x"}] * (limit + 1)}
     refused = http.post("/v1/rewards", json=too_many)
     assert refused.status_code == 422 and str(limit) in refused.json()["detail"]
+
+
+def test_openapi_fragment_documents_both_routes_with_resolvable_schemas() -> None:
+    from app.api.rewards import openapi_paths
+
+    paths, schemas = openapi_paths()
+    assert set(paths) == {"/v1/rewards", "/get_reward"}
+    refs = re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps([paths, schemas]))
+    assert refs and all(name in schemas for name in refs)
+    assert "labels" in schemas["GetRewardRequest"]["properties"]
