@@ -124,3 +124,27 @@ def test_sampling_failures_are_recorded_not_graded(tmp_path: Path, policy: Polic
 def test_bad_arguments_are_refused_briefly(tmp_path: Path, policy: PolicyFake, args: list[str], message: str) -> None:
     done = run_eval("--model", "policy", "--base-url", policy.base_url, "-o", str(tmp_path / "r"), *args)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_exam_split_with_a_judge_reports_by_grading_kind(tmp_path: Path) -> None:
+    exam = public_tasks("exam", chapters=["roofline"], n=None, seed=0, url=None)
+    kinds = {t["grading"] for t in exam}
+    assert kinds == {"numeric", "judge"}
+    # Numeric items answered from the bank's reference values; judge items with prose the
+    # judge-yes model accepts.
+    answers = {t["prompt"]: right(t["id"]) if t["grading"] == "numeric" else "It is memory-bound." for t in exam}
+    fake = PolicyFake(answers).start()
+    try:
+        out = tmp_path / "report"
+        done = run_eval("--model", "policy", "--base-url", fake.base_url, "--split", "exam", "--chapters", "roofline",
+                        "-n", "0", "--judge-model", "judge-yes", "--judge-base-url", fake.base_url,
+                        "--no-progress", "-o", str(out))
+    finally:
+        fake.stop()
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    for kind in kinds:
+        group = summary["by_grading"][kind]
+        assert group["tasks"] == sum(t["grading"] == kind for t in exam)
+        assert group["accuracy"] == 1.0
+    assert {r.body["model"] for r in fake.requests} == {"policy", "judge-yes"}
