@@ -5,6 +5,13 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
+# An offline mirror of the pinned book beside the checkout (as on the development machines) is
+# used when present; otherwise the service downloads and verifies the chapters on first use.
+BOOK_MIRROR_DIR := $(wildcard ../shared/book/772889525cbeca175408a0547b1b5fab4760f26c)
+ifneq ($(BOOK_MIRROR_DIR),)
+export SCALING_GRADER_BOOK_MIRROR ?= $(abspath $(BOOK_MIRROR_DIR))
+endif
+
 .PHONY: serve test lint bench bench-smoke system-deps clean
 
 $(BIN)/python:

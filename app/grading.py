@@ -68,7 +68,14 @@ def apply_tenant_judge(request: GradeRequest, tenant: Tenant) -> GradeRequest:
 class GradingService:
     def __init__(self, settings: Settings, jobs: JobBackend | None = None) -> None:
         self.settings = settings
-        self.jobs = jobs if jobs is not None else make_job_backend(settings)
+        self._jobs = jobs
+
+    @property
+    def jobs(self) -> JobBackend:
+        """Created on first use: a worker grading a job payload never needs one."""
+        if self._jobs is None:
+            self._jobs = make_job_backend(self.settings)
+        return self._jobs
 
     def prepare(self, request: GradeRequest) -> tuple[Task, str]:
         text = completion_text(request.completion)

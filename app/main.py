@@ -68,7 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     install_error_handlers(app)
     _document_hand_parsed_bodies(app)
-    redis_client = getattr(grading.jobs, "_async", None)
+    redis_client = getattr(grading.jobs, "async_redis", None)  # shared by the rate limiter
     app.add_middleware(TenantMiddleware, tenants=tenants, limiter=RateLimiter(redis_client))
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes)

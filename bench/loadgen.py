@@ -17,6 +17,7 @@ class LoadResult:
     errors: int = 0
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
+    samples: list[tuple[int, float]] = field(default_factory=list)  # (request index, latency)
     statuses: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -64,7 +65,9 @@ async def run_load(host: str, port: int, make_request: Callable[[int], bytes], *
                 t0 = time.perf_counter()
                 writer.write(make_request(i))
                 status, body = await _read_response(reader)
-                result.latencies.append(time.perf_counter() - t0)
+                elapsed = time.perf_counter() - t0
+                result.latencies.append(elapsed)
+                result.samples.append((i, elapsed))
                 result.statuses[status] = result.statuses.get(status, 0) + 1
                 if status == 200 and (check is None or check(i, body)):
                     result.ok += 1

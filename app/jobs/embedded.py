@@ -27,6 +27,7 @@ class _Job:
 
 class EmbeddedJobs:
     name = "embedded"
+    async_redis = None  # no Redis: rate limits use in-process buckets
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

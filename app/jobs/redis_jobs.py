@@ -34,7 +34,7 @@ class RedisJobs:
     def __init__(self, settings: Settings) -> None:
         assert settings.redis_url
         self.settings = settings
-        self._async = aioredis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
+        self.async_redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
         self._sync = sync_connection(settings.redis_url)
         self._queues: dict[str, Queue] = {}
 
@@ -49,12 +49,12 @@ class RedisJobs:
         job_id = job_id_for(tenant, request_id)
         ttl = self.settings.queue.result_ttl
         try:
-            await self._async.set(keys.owner(job_id), tenant, ex=ttl, nx=True)
+            await self.async_redis.set(keys.owner(job_id), tenant, ex=ttl, nx=True)
             if request_id is None:
                 return ClaimResult(job_id, new=True)
-            if await self._async.set(keys.idempotency(tenant, job_id), digest, ex=ttl, nx=True):
+            if await self.async_redis.set(keys.idempotency(tenant, job_id), digest, ex=ttl, nx=True):
                 return ClaimResult(job_id, new=True)
-            seen = await self._async.get(keys.idempotency(tenant, job_id))
+            seen = await self.async_redis.get(keys.idempotency(tenant, job_id))
         except REDIS_ERRORS:
             raise QueueUnavailable("Redis is unreachable") from None
         if seen is not None and seen.decode() != digest:
@@ -82,7 +82,7 @@ class RedisJobs:
     async def _reserve_slot(self, tenant: str, job_id: str, cap: int) -> None:
         key = keys.in_flight(tenant)
         now = time.time()
-        async with self._async.pipeline(transaction=True) as pipe:
+        async with self.async_redis.pipeline(transaction=True) as pipe:
             # entries older than a job's deadline belong to jobs that can no longer be running
             horizon = now - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
             pipe.zremrangebyscore(key, "-inf", horizon)
@@ -92,36 +92,36 @@ class RedisJobs:
             await self._forget(tenant, job_id)
             raise ApiError(429, "too_many_in_flight", f"at most {cap} queued gradings in flight for this tenant",
                            {"Retry-After": "1"})
-        await self._async.zadd(key, {job_id: now})
-        await self._async.expire(key, self.settings.queue.result_ttl)
+        await self.async_redis.zadd(key, {job_id: now})
+        await self.async_redis.expire(key, self.settings.queue.result_ttl)
 
     async def _forget(self, tenant: str, job_id: str) -> None:
         with contextlib.suppress(*REDIS_ERRORS):
-            await self._async.delete(keys.idempotency(tenant, job_id), keys.owner(job_id))
+            await self.async_redis.delete(keys.idempotency(tenant, job_id), keys.owner(job_id))
 
     async def store(self, tenant: str, job_id: str, result: GradeResult) -> None:
         # on failure the caller still has its result; only a later retry of the same id re-grades
         with contextlib.suppress(*REDIS_ERRORS):
-            await self._async.set(keys.result(job_id), result.model_dump_json(), ex=self.settings.queue.result_ttl)
+            await self.async_redis.set(keys.result(job_id), result.model_dump_json(), ex=self.settings.queue.result_ttl)
 
     async def view(self, tenant: str, job_id: str, wait: float) -> JobView | None:
         try:
-            owner = await self._async.get(keys.owner(job_id))
+            owner = await self.async_redis.get(keys.owner(job_id))
             if owner is None or owner.decode() != tenant:
                 return None
             found: dict[str, bytes] = {}
 
             async def finished() -> bool:
-                raw = await self._async.get(keys.result(job_id))
+                raw = await self.async_redis.get(keys.result(job_id))
                 if raw is not None:
                     found["raw"] = raw
                 return raw is not None
 
             if await poll_until(finished, wait):
-                await self._async.zrem(keys.in_flight(tenant), job_id)
+                await self.async_redis.zrem(keys.in_flight(tenant), job_id)
                 result = GradeResult.model_validate_json(found["raw"])
                 return JobView(job_id, "finished", result.model_copy(update={"job_id": job_id}))
-            status = await self._async.hget(keys.rq_job(job_id), "status")
+            status = await self.async_redis.hget(keys.rq_job(job_id), "status")
         except REDIS_ERRORS:
             raise QueueUnavailable("Redis is unreachable") from None
         state = status.decode() if status else "queued"
@@ -129,17 +129,17 @@ class RedisJobs:
             failed = GradeResult(grading="unknown", outcome=Outcome.error, reward=0.0, job_id=job_id,
                                  explanation="grading failed on every attempt; it was not scored")
             await self.store(tenant, job_id, failed)
-            await self._async.zrem(keys.in_flight(tenant), job_id)
+            await self.async_redis.zrem(keys.in_flight(tenant), job_id)
             return JobView(job_id, "failed", failed)
         return JobView(job_id, "started" if state == "started" else "queued")
 
     async def ready(self) -> tuple[bool, str]:
         try:
-            await self._async.ping()
+            await self.async_redis.ping()
         except REDIS_ERRORS as exc:
             return False, f"Redis is unreachable ({type(exc).__name__})"
         return True, "redis: connected"
 
     async def close(self) -> None:
-        await self._async.aclose()
+        await self.async_redis.aclose()
         self._sync.close()

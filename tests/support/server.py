@@ -49,6 +49,12 @@ def running_server(env: Mapping[str, str] | None = None, args: tuple[str, ...] =
         wait_until_up(url, process)
         yield url
     finally:
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ten seconds."""
+    if process.poll() is None:
         process.terminate()
         try:
             process.wait(timeout=10)

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tests.support.server import ROOT
+from tests.support.server import ROOT, stop_process
 
 
 def start_worker(redis_url: str, name: str, extra_env: dict[str, str] | None = None,
@@ -19,10 +19,4 @@ def start_worker(redis_url: str, name: str, extra_env: dict[str, str] | None = N
 
 
 def stop_worker(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop_process(process)
