@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Sequence
 from functools import lru_cache
 from typing import Any
@@ -44,6 +45,20 @@ def sync_client(url: str) -> GraderClient:
     if url not in clients:
         clients[url] = GraderClient(url)
     return clients[url]
+
+
+# Async clients are bound to the event loop they were made in: one per (loop, URL), dropped
+# with the loop, so that a reward function called per rollout reuses its connections.
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncGraderClient]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def async_client(url: str) -> AsyncGraderClient:
+    per_loop = _async_clients.setdefault(asyncio.get_running_loop(), {})
+    if url not in per_loop:
+        per_loop[url] = AsyncGraderClient(url)
+    return per_loop[url]
 
 
 @lru_cache(maxsize=4)
@@ -95,8 +110,7 @@ async def grade_requests_async(requests: Sequence[GradeRequest], url: str | None
     if client is not None:
         return await client.grade_batch(requests)
     if url:
-        async with AsyncGraderClient(url) as fresh:
-            return await fresh.grade_batch(requests)
+        return await async_client(url).grade_batch(requests)
     return await _settled(local_service(settings_overrides).grade_many(requests))
 
 
