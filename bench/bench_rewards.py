@@ -48,13 +48,19 @@ def main(smoke: bool) -> None:
     from app.client import GraderClient
 
     batch = 64 if smoke else 256
-    seconds = 1.0 if smoke else 6.0
+    seconds = 1.0 if smoke else 9.0
+    rounds = 1 if smoke else 3
     items, prompts, queries, labels = _items(batch)
     with uvicorn_server(["--factory", "app.main:create_app"]) as port:
-        grade_batch = _items_per_second(port, "/v1/grade/batch", {"items": items}, batch, seconds)
-        rewards = _items_per_second(port, "/v1/rewards", {"items": items}, batch, seconds)
-        openrlhf = _items_per_second(port, "/get_reward", {"query": queries, "prompts": prompts, "labels": labels},
-                                     batch, seconds)
+        bodies = {"/v1/grade/batch": {"items": items}, "/v1/rewards": {"items": items},
+                  "/get_reward": {"query": queries, "prompts": prompts, "labels": labels}}
+        # Interleaved rounds, best of each: the machine is shared, and a slow spell should not
+        # land on one endpoint only.
+        best = dict.fromkeys(bodies, 0.0)
+        for _ in range(rounds):
+            for path, body in bodies.items():
+                best[path] = max(best[path], _items_per_second(port, path, body, batch, seconds / rounds))
+        grade_batch, rewards, openrlhf = best["/v1/grade/batch"], best["/v1/rewards"], best["/get_reward"]
         url = f"http://127.0.0.1:{port}"
         n = 64 if smoke else 512
         many = (items * (n // len(items) + 1))[:n]
