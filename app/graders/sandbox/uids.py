@@ -1,0 +1,57 @@
+"""Dedicated uids for children when the service runs as root: one uid per live child, so that
+RLIMIT_NPROC counts that child's processes alone, ``kill(-1)`` from inside reaches exactly what
+the case left behind, and two concurrent cases cannot signal or read each other."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+class UidPool:
+    def __init__(self, base: int, count: int) -> None:
+        self._free = list(range(base + count - 1, base - 1, -1))
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        with self._lock:
+            if not self._free:
+                raise RuntimeError("no free sandbox uid")
+            return self._free.pop()
+
+    def give_back(self, uid: int) -> None:
+        # Returned only after every process of the uid is gone (see launch.reap_uid), and
+        # appended at the front so a uid rests as long as possible before reuse.
+        with self._lock:
+            self._free.insert(0, uid)
+
+
+def processes_of(uid: int) -> list[int]:
+    """Pids whose real uid is uid (reads /proc; used to prove nothing survived a case)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except OSError:
+            continue
+    return pids
+
+
+_pools: dict[tuple[int, int], UidPool] = {}
+_pools_lock = threading.Lock()
+
+
+def shared_uid_pool(base: int, count: int) -> UidPool:
+    """One pool per range for the whole process: two sandboxes must never hand out one uid."""
+    with _pools_lock:
+        pool = _pools.get((base, count))
+        if pool is None:
+            pool = _pools[(base, count)] = UidPool(base, count)
+        return pool
