@@ -27,22 +27,22 @@ class UidPool:
 
 
 def processes_of(uid: int) -> list[int]:
-    """Pids whose real uid is uid (reads /proc; used to prove nothing survived a case)."""
+    """Live (non-zombie) pids whose real uid is uid. Zombies are left out: they run nothing,
+    and bubblewrap's namespace init, orphaned when the sandbox ends, waits as one until the
+    host's init reaps it."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/status") as f:
-                for line in f:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            pids.append(int(entry))
-                        break
-        except OSError:
+                fields = dict(line.split(":", 1) for line in f if line[:4] in ("Stat", "Uid:"))
+        except (OSError, ValueError):
             continue
+        state = fields.get("State", " ").split()[0]
+        if state not in ("Z", "X") and int(fields.get("Uid", "-1 ").split()[0]) == uid:
+            pids.append(int(entry))
     return pids
-
 
 _pools: dict[tuple[int, int], UidPool] = {}
 _pools_lock = threading.Lock()
