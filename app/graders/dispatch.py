@@ -37,6 +37,7 @@ class GradeOptions(BaseModel):
 # kind -> "module:function"; imported on first use so the numeric path never loads the sandbox.
 GRADERS: dict[str, str] = {
     "numeric": "app.graders.numeric:grade_task",
+    "impl": "app.graders.impl:grade_task",
 }
 
 GraderFn = Callable[["Task", str, GradeOptions, "Settings"], GradeResult]

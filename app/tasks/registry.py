@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 # the synthetic split never imports JAX or touches the network.
 SPLIT_LOADERS: dict[str, str] = {
     "synthetic": "app.tasks.synthetic.bank:load_bank",
+    "impl": "app.tasks.impl.bank:load_bank",
 }
 
 

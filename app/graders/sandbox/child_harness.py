@@ -188,6 +188,21 @@ def _cpu_seconds():
     return ru.ru_utime + ru.ru_stime
 
 
+def _tasks_of_uid(uid):
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if line[:4] in ("Uid:", "Thre"))
+            if int(fields["Uid"].split()[0]) == uid:
+                count += int(fields["Threads"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return count
+
+
 def _apply_limits(limits, dedicated_uid):
     """Limits count from now: the address space the interpreter and libraries already hold and
     the CPU the warm-up used are not charged to the candidate."""
@@ -206,10 +221,10 @@ def _apply_limits(limits, dedicated_uid):
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     applied["max_open_files"] = nofile
     if dedicated_uid:
-        # RLIMIT_NPROC counts every task of the uid; the uid is this sandbox's alone, so the cap
-        # is the threads already running plus the candidate's allowance.
-        tasks = len(os.listdir("/proc/self/task")) + 4
-        nproc = tasks + int(limits["max_processes"])
+        # RLIMIT_NPROC counts the tasks of the uid (within this user namespace, for bubblewrap);
+        # the uid is this sandbox's alone, so the cap is the tasks already running (reporter,
+        # runner threads) plus the candidate's allowance.
+        nproc = _tasks_of_uid(os.getuid()) + int(limits["max_processes"])
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         applied["max_processes"] = nproc
     return applied
@@ -252,7 +267,7 @@ def _describe_exception(exc):
     return {"kind": "raised", "type": _type(exc).__name__[:100], "message": message}
 
 
-def runner(cfg, out):
+def runner(cfg, out, ack):
     saved = _quiet([1, 2])
     try:
         sys.path[:0] = cfg["sys_path"]
@@ -278,6 +293,12 @@ def runner(cfg, out):
             os.close(orig)
         _send(out, {"kind": "armed", "uid": os.getuid(), "seccomp": lib is not None,
                     "guards": cfg["python_guards"], "limits": applied, "cpu_at_arm": cpu_at_arm})
+        # Wait until the reporter has passed "armed" on to the parent: from then on anything that
+        # goes wrong is the candidate's doing, so killing the reporter early cannot turn a case
+        # into an unscored sandbox fault.
+        if os.read(ack, 1) != b"k":
+            raise OSError("the reporter did not acknowledge")
+        os.close(ack)
     except BaseException as exc:  # before any candidate code: the sandbox's own failure
         os.write(saved[1] if saved else 2, f"harness set-up failed: {exc!r}\n".encode())
         os._exit(70)
@@ -309,8 +330,8 @@ class _Frames:
     ORDER = ("ready", "armed", "result")
     RESULT_KINDS = ("value", "raised", "oversize")
 
-    def __init__(self, out_fd, max_bytes):
-        self.out_fd, self.max_bytes = out_fd, max_bytes
+    def __init__(self, out_fd, max_bytes, ack_fd):
+        self.out_fd, self.max_bytes, self.ack_fd = out_fd, max_bytes, ack_fd
         self.buf = b""
         self.stage = 0
         self.result = None
@@ -348,6 +369,9 @@ class _Frames:
                 self._fail(f"expected {expected}, got another frame")
                 return
             emit(self.out_fd, msg)
+            if kind == "armed":
+                os.write(self.ack_fd, b"k")
+                os.close(self.ack_fd)
         elif kind in self.RESULT_KINDS:
             self.result = _clean_result(msg)
         else:
@@ -373,10 +397,10 @@ def emit(fd, message):
         data = data[n:]
 
 
-def reporter(cfg, pid, pipe_r):
+def reporter(cfg, pid, pipe_r, ack_w):
     out = cfg["result_fd"]
     os.close(0)
-    frames = _Frames(out, int(cfg["max_result_bytes"]))
+    frames = _Frames(out, int(cfg["max_result_bytes"]), ack_w)
     try:
         waiter = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -428,16 +452,19 @@ def reporter(cfg, pid, pipe_r):
 def main():
     cfg = json.loads(sys.argv[1])
     pipe_r, pipe_w = os.pipe()
+    ack_r, ack_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(cfg["result_fd"])
         os.close(pipe_r)
-        runner(cfg, pipe_w)
+        os.close(ack_w)
+        runner(cfg, pipe_w, ack_r)
     os.close(pipe_w)
+    os.close(ack_r)
     import ctypes
 
     # Not dumpable: the runner (same uid) can no longer ptrace this process or open its fds.
     if ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
         os.kill(pid, signal.SIGKILL)
         os._exit(72)
-    reporter(cfg, pid, pipe_r)
+    reporter(cfg, pid, pipe_r, ack_w)

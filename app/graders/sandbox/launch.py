@@ -146,14 +146,13 @@ def spawn(
         else:
             cfg["sys_path"] = [plan.visible(d) for d in plan.site_dirs]
             workdir = tempfile.mkdtemp(prefix="scaling-grader-case-")
-            home = os.path.join(workdir, "home")
-            os.mkdir(home)
-            if uid is not None:
-                os.chown(workdir, uid, uid)
-                os.chown(home, uid, uid)
-            env = _env(sb, home, workdir)
+            cwd, home = os.path.join(workdir, "work"), os.path.join(workdir, "home")
+            for d in (cwd, home):
+                os.mkdir(d, 0o700)
+                if uid is not None:
+                    os.chown(d, uid, uid)
+            env = _env(sb, home, cwd)
             argv = [*prefix, plan.visible(plan.python)]
-            cwd = workdir
         argv += ["-I", "-S", "-B", "-c", harness_source(), json.dumps(cfg)]
         popen = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -140,6 +140,8 @@ class Sandbox:
             try:
                 child = self._spawn_ready(profile)
             except (SandboxFault, OSError, RuntimeError) as exc:
+                if self._closed:  # shutting down: the interpreter may be half torn down
+                    return
                 failures += 1
                 log.warning("warm child for %s failed to start: %s", profile, exc)
                 child = None
