@@ -11,6 +11,7 @@ from collections.abc import Sequence
 COMMAND_MODULES = [
     "app.commands.serve",
     "app.commands.tasks",
+    "app.commands.impl",
 ]
 
 
