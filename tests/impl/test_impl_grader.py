@@ -77,7 +77,8 @@ def test_ast_guard_rejects_forbidden_imports_before_running() -> None:
 
 
 def test_timeouts_everywhere_are_a_timeout_outcome() -> None:
-    quick = Settings(sandbox=SandboxSettings(wall_seconds=2, cpu_seconds=1, warm_pool_size=1))
+    quick = Settings(sandbox=SandboxSettings(wall_seconds=3, cpu_seconds=1, warm_pool_size=0,
+                                             max_parallel_cases=8))
     code = "def critical_batch_size(*a):\n    while True:\n        pass\n"
     result = grade(task("critical_batch_size"), completion(code), GradeOptions(), quick)
     assert result.outcome is Outcome.timeout and result.reward == 0.0 and result.scored
