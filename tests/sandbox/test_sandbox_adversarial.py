@@ -116,3 +116,15 @@ def test_seccomp_really_denies_calls(tier: str) -> None:
         assert run.armed and run.armed["seccomp"] is True
     else:
         assert observed == "ok"
+
+
+def test_a_warm_child_that_died_while_idle_is_replaced(tier: str) -> None:
+    box = box_for(tier)
+    box.prewarm("numpy")
+    with box._cv:
+        victim = box._warm["numpy"][0]
+    victim.popen.kill()
+    victim.popen.wait()
+    source = "def attack():\n    return 7\n"
+    runs = [box.run(source, "attack", [], profile="numpy") for _ in range(3)]
+    assert [_observed(r) for r in runs] == [7, 7, 7]

@@ -209,7 +209,7 @@ def wait_ready(child: Child, timeout: float) -> dict[str, Any]:
             raise SandboxFault(f"child exited during start-up: {stderr_tail(child) or 'no message'}")
     first = child.lines.pop(0)
     if first.get("kind") != "ready":
-        raise SandboxFault("child sent something other than ready")
+        raise SandboxFault(f"child failed during start-up: {stderr_tail(child) or first.get('kind')}")
     child.ready = first
     return first
 

@@ -10,7 +10,6 @@ before dropping to the child's uid, so no permission on the host has to change."
 
 from __future__ import annotations
 
-import atexit
 import importlib.metadata as metadata
 import os
 import re
@@ -41,6 +40,11 @@ class Plan:
     staging_dir: str | None = None
     staged: dict[str, str] = field(default_factory=dict)  # host source -> staged mountpoint
     tools: dict[str, str] = field(default_factory=dict)  # unshare, sh, setpriv, bwrap
+
+    def cleanup(self) -> None:
+        """Remove the staging mount points (empty on the host; mounts live only in children)."""
+        if self.staging_dir:
+            shutil.rmtree(self.staging_dir, ignore_errors=True)
 
     def visible(self, path: str) -> str:
         """The path a child under a dedicated uid uses for a host path (staged if need be)."""
@@ -118,7 +122,6 @@ def reachable_by_others(path: str) -> bool:
 def _stage(plan: Plan, sources: list[str]) -> None:
     plan.staging_dir = tempfile.mkdtemp(prefix="scaling-grader-stage-")
     os.chmod(plan.staging_dir, 0o755)
-    atexit.register(shutil.rmtree, plan.staging_dir, True)
     for i, source in enumerate(sources):
         point = os.path.join(plan.staging_dir, f"s{i}")
         if os.path.isdir(source):

@@ -172,13 +172,21 @@ class Sandbox:
     def _take(self, profile: str) -> Child:
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}")
+        stale: list[Child] = []
         with self._cv:
             if self._closed:
                 raise SandboxFault("the sandbox is shut down")
             queue = self._warm.setdefault(profile, deque())
             self._start_refiller()
-            child = queue.popleft() if queue else None
+            child = None
+            while queue and child is None:
+                child = queue.popleft()
+                if child.popen.poll() is not None:  # died while idle (OOM killer, operator)
+                    stale.append(child)
+                    child = None
             self._cv.notify_all()
+        for dead in stale:
+            destroy(dead, self._uids)
         if child is not None:
             return child
         return self._spawn_ready(profile)  # cold start: nothing warm right now
@@ -199,16 +207,23 @@ class Sandbox:
         """Run source's entry(*args, **kwargs) in a fresh isolated child. Never raises for
         sandbox trouble: a child that cannot start is a ``sandbox_fault`` run."""
         request = case_request(source, entry, args, kwargs or {}, self.settings)
-        try:
-            child = self._take(profile)
-        except (SandboxFault, OSError, RuntimeError) as exc:
-            tier = self._tier.name if self._tier else "none"
-            return CaseRun("sandbox_fault", fault=str(exc)[:500], tier=tier)
-        try:
-            run = run_in_child(child, request, self.settings)
-        finally:
-            destroy(child, self._uids)
-        run.extra["uid"] = child.uid
+        run = CaseRun("sandbox_fault")
+        # One retry: a fault happens before any candidate code runs, so a second child is safe
+        # and keeps one unlucky child (killed while idle, say) from costing a grade.
+        for _attempt in range(2):
+            try:
+                child = self._take(profile)
+            except (SandboxFault, OSError, RuntimeError) as exc:
+                tier = self._tier.name if self._tier else "none"
+                return CaseRun("sandbox_fault", fault=str(exc)[:500], tier=tier)
+            try:
+                run = run_in_child(child, request, self.settings)
+            finally:
+                destroy(child, self._uids)
+            run.extra["uid"] = child.uid
+            if run.status != "sandbox_fault":
+                break
+            log.warning("sandbox fault, retrying the case once: %s", run.fault)
         return run
 
     def shutdown(self) -> None:
@@ -221,6 +236,8 @@ class Sandbox:
         for child in children:
             with contextlib.suppress(Exception):
                 destroy(child, self._uids)
+        if self._plan is not None:
+            self._plan.cleanup()
 
 
 _instances: dict[str, Sandbox] = {}
