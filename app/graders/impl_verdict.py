@@ -1,5 +1,9 @@
 """Turn what the sandbox observed for one hidden case into a verdict. Only the parent holds the
-expected value; the child's message is data to check, never a verdict in itself."""
+expected value; the child's message is data to check, never a verdict in itself.
+
+Reasons go back to the client, so they never carry anything derived from a hidden case: not the
+size of an error (which would give the expected value away in one query), not an exception's
+message or the candidate's output (which could print the inputs)."""
 
 from __future__ import annotations
 
@@ -61,7 +65,7 @@ def _number(x: Any) -> bool:
 
 
 def compare(expected: Any, got: Any, rtol: float) -> str | None:
-    """None when got matches expected, else a short reason (never the expected value itself)."""
+    """None when got matches expected, else a short reason that reveals nothing of expected."""
     if isinstance(got, Unsupported):
         return f"returned an unsupported value ({got.what})"
     if isinstance(got, Returned) and isinstance(expected, list):
@@ -74,14 +78,14 @@ def compare(expected: Any, got: Any, rtol: float) -> str | None:
         if not math.isfinite(got):
             return "not a finite number"
         err = abs(got - expected) / abs(expected) if expected else abs(got)
-        return None if err <= rtol else f"off by {err:.3g} (relative)"
+        return None if err <= rtol else "wrong value"
     if isinstance(expected, str) or expected is None:
         return None if got == expected and type(got) is type(expected) else "wrong value"
     if isinstance(expected, list):
         if not isinstance(got, list):
             return f"expected a list, got {type(got).__name__}"
         if len(got) != len(expected):
-            return f"length {len(got)} instead of {len(expected)}"
+            return "wrong length"
         for i, (e, g) in enumerate(zip(expected, got, strict=True)):
             why = compare(e, g, rtol)
             if why:
@@ -91,7 +95,7 @@ def compare(expected: Any, got: Any, rtol: float) -> str | None:
         if not isinstance(got, dict):
             return f"expected a dict, got {type(got).__name__}"
         if set(got) != set(expected):
-            return f"keys {sorted(map(str, got))} instead of {sorted(expected)}"
+            return "wrong keys"
         for k in expected:
             why = compare(expected[k], got[k], rtol)
             if why:
@@ -112,10 +116,7 @@ def check_sharding(required: dict[str, Any], got: Any) -> str | None:
 
 def judge_case(case: Case, run: CaseRun, rtol: float, cpu_limit: float) -> dict[str, Any]:
     verdict, reason = _judge(case, run, rtol, cpu_limit)
-    out: dict[str, Any] = {"verdict": verdict, "reason": reason, "wall_ms": round(run.wall_seconds * 1000, 1)}
-    if run.stderr and verdict not in ("passed", "sandbox_fault"):
-        out["stderr_tail"] = run.stderr[-400:]
-    return out
+    return {"verdict": verdict, "reason": reason, "wall_ms": round(run.wall_seconds * 1000, 1)}
 
 
 def _judge(case: Case, run: CaseRun, rtol: float, cpu_limit: float) -> tuple[str, str]:
@@ -124,7 +125,7 @@ def _judge(case: Case, run: CaseRun, rtol: float, cpu_limit: float) -> tuple[str
     if run.status == "timeout":
         return "timeout", "wall-clock limit reached"
     if run.status == "output_limit":
-        return "output_limit", f"printed more than the output limit ({run.output_bytes} bytes seen)"
+        return "output_limit", "printed more than the output limit"
     if run.status == "crashed" or run.final is None:
         return "crashed", "the sandboxed process vanished without a result"
     final = run.final
@@ -147,7 +148,7 @@ def _judge(case: Case, run: CaseRun, rtol: float, cpu_limit: float) -> tuple[str
             return "memory", "ran out of memory (address-space limit)"
         if case.raises is not None and name == case.raises:
             return "passed", f"raised {name} as required"
-        return "exception", f"raised {name}: {result.get('message', '')}"[:300]
+        return "exception", f"raised {name}"[:120]
     if case.raises is not None:
         return "wrong", f"returned a value instead of raising {case.raises}"
     got = decode(result.get("value"))

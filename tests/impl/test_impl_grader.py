@@ -57,11 +57,17 @@ def test_partial_credit_and_all_or_nothing() -> None:
 
 
 def test_details_never_reveal_hidden_inputs_or_expected_values() -> None:
-    result = grade(task("kv_cache_bytes"), completion(WRONG["kv_cache_bytes"]), GradeOptions(), SETTINGS)
-    text = json.dumps(result.model_dump())
-    for case in BY_NAME["kv_cache_bytes"].hidden_cases():
+    name = "kv_cache_bytes"
+    off_by_two = grade(task(name), completion(WRONG[name]), GradeOptions(), SETTINGS)
+    assert off_by_two.reward == 0.0 and off_by_two.outcome is Outcome.incorrect
+    # A submission that prints its inputs and puts them in its exception messages.
+    nosy = "def kv_cache_bytes(*args):\n    print(args)\n    raise ValueError(repr(args))\n"
+    leaky = grade(task(name), completion(nosy), GradeOptions(), SETTINGS)
+    assert {c["verdict"] for c in leaky.details["cases"]} == {"exception"}
+    text = json.dumps(off_by_two.model_dump()) + json.dumps(leaky.model_dump())
+    for case in BY_NAME[name].hidden_cases():
         assert str(case.expected) not in text
-    assert result.reward == 0.0 and result.outcome is Outcome.incorrect
+        assert repr(case.args) not in text and str(case.args[1]) not in text
 
 
 def test_no_code_is_no_answer() -> None:

@@ -160,12 +160,12 @@ FILESYSTEM_AND_PROCESSES = [
             time.sleep(0.5)
             return 1
         """), frozenset({"crashed", "exception"})),
-    Attack("ptrace_reporter", guarded("""
+    Attack("ptrace_reporter_and_service", guarded("""
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
-        rc = libc.ptrace(16, os.getppid(), 0, 0)  # PTRACE_ATTACH
-        return 'attached' if rc == 0 else 'denied:errno'
-        """), frozenset({"wrong"}), check=_denied),
+        rcs = [libc.ptrace(16, target, 0, 0) for target in (os.getppid(), pid)]  # PTRACE_ATTACH
+        return 'attached' if 0 in rcs else 'denied:errno'
+        """, "pid"), frozenset({"wrong"}), args=lambda t: [t.service_pid], check=_denied),
     Attack("ctypes_libc_setuid", guarded("""
         import ctypes
         libc = ctypes.CDLL('libc.so.6', use_errno=True)
@@ -233,5 +233,5 @@ ALL = [*RESOURCES, *SECRETS, *NETWORK, *FILESYSTEM_AND_PROCESSES, *FORGERY]
 # Attacks the Python guards would stop first; run again without them to test the OS layers alone.
 OS_LAYER = [a for a in ALL if a.name in {
     "fork_bomb", "tcp_to_localhost", "unix_socket", "spawn_subprocess", "signal_service",
-    "ptrace_reporter", "ctypes_libc_setuid", "background_process", "kill_own_reporter",
+    "ptrace_reporter_and_service", "ctypes_libc_setuid", "background_process", "kill_own_reporter",
 }]
