@@ -54,6 +54,7 @@ class SandboxSettings(BaseModel):
     warm_pool_size: int = Field(2, ge=0)  # per preload profile
     start_timeout_seconds: float = Field(60.0, gt=0)
     max_parallel_cases: int = Field(2, gt=0)  # cases of one submission run side by side
+    max_concurrent_cases: int = Field(8, gt=0)  # cases running at once in this process, all grades
     # Dedicated uids (one per live child) when the service runs as root.
     uid_base: int = Field(610_000, gt=1000)
     uid_count: int = Field(4096, gt=0)

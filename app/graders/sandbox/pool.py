@@ -58,6 +58,8 @@ class Sandbox:
         self._starting: dict[str, int] = {}
         self._closed = False
         self._refiller: threading.Thread | None = None
+        # However many grades run at once, the host runs at most this many cases.
+        self._slots = threading.BoundedSemaphore(sb.max_concurrent_cases)
 
     # ------------------------------------------------------------------ tier
 
@@ -207,6 +209,10 @@ class Sandbox:
         """Run source's entry(*args, **kwargs) in a fresh isolated child. Never raises for
         sandbox trouble: a child that cannot start is a ``sandbox_fault`` run."""
         request = case_request(source, entry, args, kwargs or {}, self.settings)
+        with self._slots:
+            return self._run(request, profile)
+
+    def _run(self, request: bytes, profile: str) -> CaseRun:
         run = CaseRun("sandbox_fault")
         # One retry: a fault happens before any candidate code runs, so a second child is safe
         # and keeps one unlucky child (killed while idle, say) from costing a grade.
