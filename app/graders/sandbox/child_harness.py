@@ -211,7 +211,7 @@ def _apply_limits(limits, dedicated_uid):
     as_limit = _vm_bytes() + int(limits["address_space_bytes"])
     resource.setrlimit(resource.RLIMIT_AS, (as_limit, as_limit))
     applied["address_space_bytes"] = as_limit
-    cpu = (math.ceil(_cpu_seconds() + float(limits["cpu_seconds"])))
+    cpu = math.ceil(_cpu_seconds() + float(limits["cpu_seconds"]))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     applied["cpu_rlimit"] = cpu
     fsize = int(limits["max_file_bytes"])
