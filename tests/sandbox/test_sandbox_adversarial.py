@@ -14,7 +14,7 @@ from app.graders.sandbox import CaseRun, Sandbox
 from app.graders.sandbox.uids import processes_of
 from app.tasks.impl.spec import Case
 from tests.sandbox.attacks import ALL, OS_LAYER, Attack, code
-from tests.sandbox.tiers import SHORT_LIMITS, box_for
+from tests.sandbox.tiers import SHORT_LIMITS, box_for, tier_settings
 
 # A value no attack can know: the only way to "pass" would be a forged result.
 UNGUESSABLE = Case(args=(), expected="expected-" + os.urandom(6).hex())
@@ -128,3 +128,56 @@ def test_a_warm_child_that_died_while_idle_is_replaced(tier: str) -> None:
     source = "def attack():\n    return 7\n"
     runs = [box.run(source, "attack", [], profile="numpy") for _ in range(3)]
     assert [_observed(r) for r in runs] == [7, 7, 7]
+
+
+def test_bubblewrap_namespaces_are_private(tier: str) -> None:
+    source = code("""
+        import os
+        def attack():
+            with open('/proc/net/dev') as f:
+                interfaces = sorted(line.split(':')[0].strip() for line in f.readlines()[2:])
+            pids = [p for p in os.listdir('/proc') if p.isdigit()]
+            return [os.getpid(), os.uname().nodename, sorted(os.listdir('/')), len(pids), interfaces]
+        """)
+    run = box_for(tier).run(source, "attack", [], profile="numpy")
+    pid, hostname, root, n_pids, interfaces = _observed(run)
+    if tier.startswith("bubblewrap"):
+        assert pid < 10 and n_pids <= 4  # its own pid namespace: init, reporter, runner
+        assert hostname == "sandbox"
+        assert interfaces == ["lo"]  # its own network namespace, nothing but loopback
+        assert set(root) <= {"bin", "dev", "etc", "lib", "lib64", "proc", "root", "sandbox", "tmp", "usr"}
+    else:
+        assert n_pids > 4  # the plain tier shares the host's pid namespace, as documented
+
+
+def test_sandbox_processes_hold_no_privilege(tier: str) -> None:
+    """While a case runs, every process under the dedicated uid range is unprivileged."""
+    import threading
+
+    sb = tier_settings(tier)
+    if os.geteuid() != 0:  # no dedicated uids without root: children share the service's uid
+        assert box_for(tier)._uids is None
+        return
+    done = threading.Event()
+    seen: dict[int, str] = {}
+
+    def watch() -> None:
+        while not done.is_set():
+            for entry in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{entry}/status") as f:
+                        status = dict(line.split(":", 1) for line in f)
+                except (OSError, ValueError):
+                    continue
+                uid = int(status["Uid"].split()[0])
+                if sb.uid_base <= uid < sb.uid_base + sb.uid_count:
+                    seen[int(entry)] = status["CapEff"].strip()
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    run = box_for(tier).run("import time\ndef attack():\n    time.sleep(1)\n    return 1\n", "attack", [])
+    done.set()
+    watcher.join()
+    assert _observed(run) == 1
+    assert len(seen) >= 2 and set(seen.values()) == {"0000000000000000"}
