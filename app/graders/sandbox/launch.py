@@ -43,9 +43,8 @@ class SandboxFault(Exception):
 @cache
 def harness_source() -> str:
     here = Path(__file__).parent
-    return "\n".join(
-        [(here / "child_seccomp.py").read_text(), (here / "child_harness.py").read_text(), "main()\n"]
-    )
+    parts = ("child_seccomp.py", "child_values.py", "child_runner.py", "child_harness.py")
+    return "\n".join([*((here / name).read_text() for name in parts), "main()\n"])
 
 
 @dataclass
