@@ -14,7 +14,7 @@ from app.graders.sandbox import CaseRun, Sandbox
 from app.graders.sandbox.uids import processes_of
 from app.tasks.impl.spec import Case
 from tests.sandbox.attacks import ALL, OS_LAYER, Attack, code
-from tests.sandbox.tiers import SHORT_LIMITS, box_for, tier_settings
+from tests.sandbox.tiers import SHORT_LIMITS, box_for, offered_tiers, tier_settings
 
 # A value no attack can know: the only way to "pass" would be a forged result.
 UNGUESSABLE = Case(args=(), expected="expected-" + os.urandom(6).hex())
@@ -181,3 +181,20 @@ def test_sandbox_processes_hold_no_privilege(tier: str) -> None:
     watcher.join()
     assert _observed(run) == 1
     assert len(seen) >= 2 and set(seen.values()) == {"0000000000000000"}
+
+
+def test_address_space_limit_counts_from_the_warm_state() -> None:
+    """With JAX loaded the child already maps far more than the 512 MiB test allowance; the
+    allowance is on top of that: 256 MiB fits, 768 MiB does not."""
+    tier = offered_tiers()[0]
+    source = code("""
+        import jax
+        def attack(mib):
+            return len(bytearray(mib << 20)) >> 20
+        """)
+    box = box_for(tier)
+    fits = box.run(source, "attack", [256], profile="jax")
+    too_big = box.run(source, "attack", [768], profile="jax")
+    assert _observed(fits) == 256
+    assert judge_case(UNGUESSABLE, too_big, 1e-6, SHORT_LIMITS["cpu_seconds"])["verdict"] == "memory"
+    assert fits.armed and fits.armed["limits"]["address_space_bytes"] > 1024**3

@@ -10,8 +10,9 @@ Two processes, so that the candidate never holds the result channel:
   once. It relays the runner's framed messages after checking them, waits for the runner to
   exit, reports the exit status and CPU time, and kills whatever the case left behind.
 * the *runner* imports numpy/JAX (the warm part), reports ``ready``, blocks on stdin for one
-  case, applies the limits, the seccomp filter and the Python guards, reports ``armed``, runs the
-  candidate and frames the value it returned over a pipe to the reporter.
+  case, applies the limits, the seccomp filter and the Python guards, reports ``armed``, waits
+  until the reporter has passed that on, runs the candidate and frames the value it returned
+  over a pipe to the reporter.
 
 The candidate shares the runner's process, so it can write anything to that pipe; what it can
 write there is exactly what it could return, and the reporter accepts one result after
