@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _PROBE_SOURCE = "def probe(a, b):\n    return a * b\n"
+_REPROBE_AFTER_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Sandbox:
         self._uids: UidPool | None = None
         self._tier: Tier | None = None
         self._probe_report: list[dict[str, Any]] = []
+        self._probe_failed: tuple[float, str] | None = None  # when and why no tier started
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)
         self._warm: dict[str, deque[Child]] = {}
@@ -89,6 +91,8 @@ class Sandbox:
         with self._lock:
             if self._tier is not None:
                 return self._tier
+            if self._probe_failed and time.monotonic() - self._probe_failed[0] < _REPROBE_AFTER_SECONDS:
+                raise SandboxFault(self._probe_failed[1])  # fail fast instead of re-probing per case
             report = []
             for tier in candidate_tiers(self.settings):
                 try:
@@ -101,8 +105,10 @@ class Sandbox:
                 break
             self._probe_report = report
             if self._tier is None:
-                raise SandboxFault("no sandbox tier can start a child: " + "; ".join(
-                    f"{r['tier']}: {r.get('error')}" for r in report))
+                why = "no sandbox tier can start a child: " + "; ".join(
+                    f"{r['tier']}: {r.get('error')}" for r in report)
+                self._probe_failed = (time.monotonic(), why)
+                raise SandboxFault(why)
             log.info("sandbox tier in force: %s", self._tier.name)
             return self._tier
 
