@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "app.commands.judge_check",
     "app.commands.exam",
     "app.commands.eval",
+    "app.commands.impl",
 ]
 
 

@@ -25,11 +25,20 @@ def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, 
         bank = get_bank("synthetic", settings)
         return True, {"families": len(bank.info()["families"])}
 
-    return {
+    def sandbox() -> tuple[bool, Any]:
+        from app.graders.impl import sandbox_status
+
+        status = sandbox_status(settings)  # the first call probes the tiers once
+        return bool(status.get("ok")), {k: v for k, v in status.items() if k != "ok"}
+
+    checks: dict[str, Callable[[], Any]] = {
         "synthetic": synthetic,
         "mode": lambda: (True, "redis" if settings.redis_url else "embedded"),
         "queue": grading.jobs.ready,
     }
+    if not settings.redis_url:  # embedded: impl grading runs sandboxes in this process
+        checks["sandbox"] = sandbox
+    return checks
 
 
 def _document_hand_parsed_bodies(app: FastAPI) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -64,6 +65,37 @@ class JudgeSettings(BaseModel):
     max_response_chars: int = Field(8000, gt=0)
 
 
+class SandboxSettings(BaseModel):
+    """Isolation and limits for impl grading (app/graders/sandbox). Tests shorten the limits."""
+
+    # "auto" probes bubblewrap, then a plain child, and uses the strongest that really runs.
+    tier: Literal["auto", "bubblewrap", "plain"] = "auto"
+    # "auto": apply the seccomp deny-list when libseccomp loads; "require": fail closed without it.
+    seccomp: Literal["auto", "require", "off"] = "auto"
+    python: Path | None = None  # interpreter for children; default: the one running the service
+    packages: tuple[str, ...] = ("numpy", "jax")  # made importable in the child, with their deps
+    wall_seconds: float = Field(15.0, gt=0)
+    cpu_seconds: float = Field(10.0, gt=0)
+    address_space_bytes: int = Field(2 * 1024**3, gt=0)  # beyond what the warm child holds
+    max_processes: int = Field(32, gt=0)
+    max_open_files: int = Field(64, gt=0)
+    max_file_bytes: int = Field(16 * 1024**2, gt=0)
+    tmpfs_bytes: int = Field(64 * 1024**2, gt=0)  # bubblewrap tier: size of the private /tmp
+    max_output_bytes: int = Field(1024**2, gt=0)  # stdout + stderr per case; more is a verdict
+    max_result_bytes: int = Field(16 * 1024**2, gt=0)
+    max_result_items: int = Field(1_000_000, gt=0)
+    host_devices: int = Field(8, gt=0)  # CPU devices JAX sees in the child
+    warm_pool_size: int = Field(2, ge=0)  # per preload profile
+    start_timeout_seconds: float = Field(60.0, gt=0)
+    max_parallel_cases: int = Field(2, gt=0)  # cases of one submission run side by side
+    max_concurrent_cases: int = Field(8, gt=0)  # cases running at once in this process, all grades
+    # Dedicated uids (one per live child) when the service runs as root.
+    uid_base: int = Field(610_000, gt=1000)
+    uid_count: int = Field(4096, gt=0)
+    python_guards: bool = True  # audit-hook guard inside the child (defence in depth)
+    ast_guard: bool = True  # reject submissions importing obviously forbidden modules
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SCALING_GRADER_", env_nested_delimiter="__", extra="ignore"
@@ -78,6 +110,7 @@ class Settings(BaseSettings):
     queue: QueueSettings = QueueSettings()
     tolerances: Tolerances = Tolerances()
     limits: Limits = Limits()
+    sandbox: SandboxSettings = SandboxSettings()
     # Where verified copies of the pinned book chapters are kept, and an optional offline mirror.
     book_cache: Path = Path.home() / ".cache" / "scaling-grader" / "book"
     book_mirror: Path | None = None

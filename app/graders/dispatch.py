@@ -39,6 +39,7 @@ GRADERS: dict[str, str] = {
     "numeric": "app.graders.numeric:grade_task",
     "rows": "app.graders.rows:grade_task",
     "judge": "app.graders.judge:grade_task",
+    "impl": "app.graders.impl:grade_task",
 }
 
 GraderFn = Callable[["Task", str, GradeOptions, "Settings"], GradeResult]

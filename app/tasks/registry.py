@@ -19,6 +19,7 @@ SPLIT_LOADERS: dict[str, str] = {
     "book": "app.tasks.book.bank:load_bank",
     "tasks": "app.tasks.rows.bank:load_bank",
     "exam": "app.tasks.exam.bank:load_bank",
+    "impl": "app.tasks.impl.bank:load_bank",
 }
 
 

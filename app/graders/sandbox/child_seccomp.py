@@ -1,0 +1,90 @@
+"""Seccomp deny-list for the candidate process, built with libseccomp through ctypes.
+
+Stdlib only: this file is concatenated into the harness that runs inside the sandbox. It is
+applied after numpy/JAX are initialised and immediately before candidate code runs, so the
+warm-up is unaffected and the filter covers everything the candidate can do."""
+
+import ctypes
+import ctypes.util
+import errno as _errno
+
+SCMP_ACT_ALLOW = 0x7FFF0000
+SCMP_CMP_MASKED_EQ = 7
+
+# Calls a grading job never needs and that widen the kernel attack surface or let a process
+# reach outside its sandbox: tracing, namespaces, mounts, keyrings, BPF, io_uring, modules,
+# clock and system administration. Sockets of every family are denied: a candidate has no
+# reason to talk to anything, and the plain tier shares the host's network.
+DENIED_SYSCALLS = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
+    "fsmount", "fspick", "mount_setattr", "unshare", "setns",
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+    "swapon", "swapoff", "reboot", "acct", "quotactl", "syslog", "vhangup",
+    "open_by_handle_at", "name_to_handle_at", "fanotify_init",
+    "clock_settime", "settimeofday", "adjtimex", "clock_adjtime", "ioperm", "iopl",
+    "socket", "socketpair",
+)
+# clone() with any namespace flag; clone3 hides its flags in memory, so it is refused with
+# ENOSYS and libc falls back to clone().
+_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
+                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+
+def _act_errno(code):
+    return 0x00050000 | (code & 0xFFFF)
+
+
+def load_libseccomp():
+    """The libseccomp handle, or None when the library is absent."""
+    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+    try:
+        lib = ctypes.CDLL(name, use_errno=True)
+    except OSError:
+        return None
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def install_seccomp(lib):
+    """Load the deny-list into the calling process (and its future children). Raises OSError
+    if the kernel refuses it; the harness then stops before any candidate code runs."""
+    ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
+    if not ctx:
+        raise OSError("seccomp_init failed")
+    try:
+        for name in DENIED_SYSCALLS:
+            nr = lib.seccomp_syscall_resolve_name(name.encode())
+            if nr < 0:  # not on this architecture
+                continue
+            rc = lib.seccomp_rule_add_array(ctx, _act_errno(_errno.EPERM), nr, 0, None)
+            if rc < 0:
+                raise OSError(-rc, f"seccomp rule for {name}")
+        clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
+        if clone3 >= 0:
+            lib.seccomp_rule_add_array(ctx, _act_errno(_errno.ENOSYS), clone3, 0, None)
+        clone = lib.seccomp_syscall_resolve_name(b"clone")
+        for bit in range(17, 31):
+            flag = 1 << bit
+            if flag & _NAMESPACE_FLAGS:
+                cmp = (_ArgCmp * 1)(_ArgCmp(0, SCMP_CMP_MASKED_EQ, flag, flag))
+                rc = lib.seccomp_rule_add_array(ctx, _act_errno(_errno.EPERM), clone, 1, cmp)
+                if rc < 0:
+                    raise OSError(-rc, "seccomp rule for clone")
+        rc = lib.seccomp_load(ctx)  # also sets no_new_privs
+        if rc < 0:
+            raise OSError(-rc, "seccomp_load failed")
+    finally:
+        lib.seccomp_release(ctx)

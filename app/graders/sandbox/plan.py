@@ -1,0 +1,155 @@
+"""What a sandbox child needs from the host: the interpreter, its standard library, the
+site-packages entries of the configured packages and their dependencies, system libraries.
+Everything else on the host (the service's code, settings, secrets, other jobs) stays out of the
+bubblewrap tier's view.
+
+When the service runs as root, children run under a dedicated unprivileged uid that may not be
+allowed to reach the interpreter (pyenv under a 0700 /root, say). Such paths are *staged*: a
+launcher in a private mount namespace bind-mounts them onto world-traversable empty directories
+before dropping to the child's uid, so no permission on the host has to change."""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import re
+import shutil
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SITE_IN_SANDBOX = "/sandbox/site"
+
+
+@dataclass(frozen=True)
+class Bind:
+    source: str  # path on the host
+    target: str  # path inside the bubblewrap tier
+
+
+@dataclass
+class Plan:
+    python: str  # interpreter path on the host
+    prefix: str  # its installation prefix (stdlib, libpython)
+    site_binds: list[Bind]  # site-packages entries, each bound under SITE_IN_SANDBOX
+    site_dirs: list[str]  # host directories holding them (the plain tier's sys.path)
+    system_binds: list[Bind]
+    is_root: bool
+    staging_dir: str | None = None
+    staged: dict[str, str] = field(default_factory=dict)  # host source -> staged mountpoint
+    tools: dict[str, str] = field(default_factory=dict)  # unshare, sh, setpriv, bwrap
+
+    def cleanup(self) -> None:
+        """Remove the staging mount points (empty on the host; mounts live only in children)."""
+        if self.staging_dir:
+            shutil.rmtree(self.staging_dir, ignore_errors=True)
+
+    def visible(self, path: str) -> str:
+        """The path a child under a dedicated uid uses for a host path (staged if need be)."""
+        for source, point in self.staged.items():
+            if path == source or path.startswith(source + "/"):
+                return point + path[len(source) :]
+        return path
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(req: str) -> str:
+    return re.split(r"[\s;<>=!~\[(]", req.strip(), maxsplit=1)[0]
+
+
+def distribution_closure(names: tuple[str, ...]) -> list[metadata.Distribution]:
+    """The installed distributions for names and everything they require (extras excluded)."""
+    seen: dict[str, metadata.Distribution] = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        key = _canonical(name)
+        if key in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        seen[key] = dist
+        todo.extend(_requirement_name(r) for r in dist.requires or [] if "extra ==" not in r)
+    return list(seen.values())
+
+
+def site_entries(names: tuple[str, ...]) -> list[Bind]:
+    """Top-level files and directories (package dirs, vendored .libs, dist-info) to bind."""
+    binds: dict[str, Bind] = {}
+    for dist in distribution_closure(names):
+        root = Path(str(dist.locate_file("")))
+        for f in dist.files or []:
+            top = str(f).split("/", 1)[0]
+            if top in ("..", "") or top.endswith(".data") or top == "__pycache__":
+                continue
+            source = root / top
+            if source.exists() and top not in binds:
+                binds[top] = Bind(str(source), f"{SITE_IN_SANDBOX}/{top}")
+    return sorted(binds.values(), key=lambda b: b.target)
+
+
+def _system_binds() -> list[Bind]:
+    binds = []
+    for d in ("/usr/lib", "/usr/lib64", "/usr/lib32"):
+        if os.path.isdir(d) and not os.path.islink(d):
+            binds.append(Bind(d, d))
+    for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime"):
+        if os.path.exists(f):
+            binds.append(Bind(f, f))
+    return binds
+
+
+def reachable_by_others(path: str) -> bool:
+    """True when an unrelated uid can traverse to path and read it."""
+    p = Path(path)
+    for parent in [*reversed(p.parents), p]:
+        try:
+            mode = parent.stat().st_mode
+        except OSError:
+            return False
+        if not mode & stat.S_IXOTH and stat.S_ISDIR(mode):
+            return False
+    return bool(p.stat().st_mode & stat.S_IROTH)
+
+
+def _stage(plan: Plan, sources: list[str]) -> None:
+    plan.staging_dir = tempfile.mkdtemp(prefix="scaling-grader-stage-")
+    os.chmod(plan.staging_dir, 0o755)
+    for i, source in enumerate(sources):
+        point = os.path.join(plan.staging_dir, f"s{i}")
+        if os.path.isdir(source):
+            os.mkdir(point, 0o755)
+        else:
+            Path(point).touch(0o644)
+        plan.staged[source] = point
+
+
+def build_plan(python: Path | None, packages: tuple[str, ...]) -> Plan:
+    exe = os.path.realpath(python or sys.executable)
+    prefix = sys.base_prefix if python is None else str(Path(exe).parent.parent)
+    site_binds = site_entries(packages)
+    site_dirs = sorted({str(Path(b.source).parent) for b in site_binds})
+    plan = Plan(
+        python=exe,
+        prefix=prefix,
+        site_binds=site_binds,
+        site_dirs=site_dirs,
+        system_binds=_system_binds(),
+        is_root=os.geteuid() == 0,
+    )
+    for tool in ("bwrap", "unshare", "setpriv", "sh", "mount"):
+        found = shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
+        if found:
+            plan.tools[tool] = found
+    if plan.is_root:
+        hidden = [p for p in [prefix, *site_dirs] if not reachable_by_others(p)]
+        if hidden:
+            _stage(plan, hidden)
+    return plan

@@ -1,0 +1,157 @@
+"""Queued (impl) grading on real Redis servers with real worker processes: killed workers,
+Redis restarts, Redis outages, in-flight caps. No job a client submitted may be lost."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from app.tasks.impl import reference
+from tests.support.redis_server import RedisServer
+from tests.support.server import running_server
+from tests.support.workers import start_worker, stop_worker
+
+EXERCISE = "critical_batch_size"  # the cheapest exercise: few, quick hidden cases
+FAST_QUEUE = {"SCALING_GRADER_QUEUE__HEARTBEAT_INTERVAL": "1", "SCALING_GRADER_QUEUE__HEARTBEAT_GRACE": "2",
+              "SCALING_GRADER_QUEUE__MAINTENANCE_INTERVAL": "1", "SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "1"}
+
+
+def completion(source: str) -> str:
+    return f"Here is my implementation.\n\n```python\n{source}\n```\n"
+
+
+RIGHT = completion(inspect.getsource(getattr(reference, EXERCISE)))
+# Plausibly wrong: forgets that int8 weights halve the bytes per weight.
+WRONG = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math\n"
+    "    return math.ceil(peak_flops / hbm_bandwidth)\n"
+)
+
+
+def _collect(client: httpx.Client, job_ids: list[str], timeout: float) -> dict[str, dict]:
+    results: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout
+    while len(results) < len(job_ids) and time.monotonic() < deadline:
+        for job_id in job_ids:
+            if job_id not in results:
+                body = client.get(f"/v1/jobs/{job_id}", params={"wait": 0}).json()
+                if body["status"] in ("finished", "failed"):
+                    results[job_id] = body
+        time.sleep(0.2)
+    return results
+
+
+def test_killed_worker_loses_no_job(redis_server) -> None:
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        submitted = {}
+        for i in range(100):
+            body = {"task_id": f"impl/{EXERCISE}", "completion": RIGHT if i % 4 else WRONG, "wait": 0,
+                    "request_id": f"kill-test-{i}", "all_or_nothing": True}
+            r = client.post("/v1/grade", json=body)
+            assert r.status_code == 202, r.text
+            submitted[r.json()["job_id"]] = i % 4 != 0
+        assert len(submitted) == 100
+        victim = start_worker(redis_server.url, "victim", FAST_QUEUE)
+        survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE)
+        try:
+            # kill the first worker while it is in the middle of the batch
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(_collect(client, list(submitted), 0)) < 10:
+                time.sleep(0.2)
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+            results = _collect(client, list(submitted), timeout=240)
+        finally:
+            stop_worker(victim)
+            stop_worker(survivor)
+        assert len(results) == 100, f"only {len(results)} of 100 results arrived"
+        for job_id, body in results.items():
+            assert body["status"] == "finished"
+            expected_reward = 1.0 if submitted[job_id] else 0.0
+            assert body["result"]["reward"] == expected_reward, body["result"]["explanation"]
+        # none ran twice, except the one job the killed worker held (re-run on the survivor)
+        reruns = sum(body["result"]["details"]["attempt"] - 1 for body in results.values())
+        assert reruns <= 1
+
+
+def test_jobs_survive_a_redis_restart(redis_server) -> None:
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        job_ids = []
+        for _ in range(6):
+            r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 0})
+            assert r.status_code == 202
+            job_ids.append(r.json()["job_id"])
+        redis_server.stop()
+        unavailable = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 0})
+        assert unavailable.status_code == 503
+        redis_server.start()  # same port, same directory: the AOF brings the queue back
+        worker = start_worker(redis_server.url, "after-restart", FAST_QUEUE)
+        try:
+            results = _collect(client, job_ids, timeout=120)
+        finally:
+            stop_worker(worker)
+        assert len(results) == 6 and all(b["result"]["reward"] == 1.0 for b in results.values())
+
+
+def test_redis_outage_keeps_inline_grading_and_recovers() -> None:
+    server = RedisServer()  # configured but not started: unreachable
+    env = {"SCALING_GRADER_REDIS_URL": server.url, **FAST_QUEUE}
+    try:
+        with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+            body = {"reference": {"values": ["2 s"]}, "completion": "Final answer: 2 s", "request_id": "outage"}
+            numeric = client.post("/v1/grade", json=body)
+            assert numeric.status_code == 200 and numeric.json()["reward"] == 1.0
+            queued = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT})
+            assert queued.status_code == 503 and "Redis is unreachable" in queued.json()["detail"]
+            assert queued.headers["retry-after"]
+            ready = client.get("/readyz")
+            assert ready.status_code == 503 and "unreachable" in ready.json()["checks"]["queue"]["info"]
+            server.start()
+            worker = start_worker(server.url, "recovered", FAST_QUEUE)
+            try:
+                assert client.get("/readyz").status_code == 200
+                r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 120})
+                assert r.status_code == 200 and r.json()["reward"] == 1.0
+            finally:
+                stop_worker(worker)
+    finally:
+        server.close()
+
+
+def test_in_flight_cap_per_tenant(tmp_path, redis_server) -> None:
+    from app.tenants import new_key
+
+    key, digest = new_key()
+    path = tmp_path / "tenants.toml"
+    path.write_text(f'[[tenant]]\nname = "capped"\nkey_sha256 = "{digest}"\nmax_in_flight = 2\n')
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, "SCALING_GRADER_TENANTS_FILE": str(path)}
+    with running_server(env) as url:
+        headers = {"Authorization": f"Bearer {key}"}
+        statuses = [httpx.post(url + "/v1/grade", headers=headers,
+                               json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 0}).status_code
+                    for _ in range(3)]
+        assert statuses == [202, 202, 429]
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+def test_wait_returns_202_then_the_job_endpoint_has_the_result(backend, redis_server) -> None:
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE} if backend == "redis" else dict(FAST_QUEUE)
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=60) as client:
+        worker = start_worker(redis_server.url, "waiter", FAST_QUEUE) if backend == "redis" else None
+        try:
+            r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 0})
+            assert r.status_code == 202 and r.json()["poll"] == f"/v1/jobs/{r.json()['job_id']}"
+            done = client.get(r.json()["poll"], params={"wait": 60}).json()
+            assert done["status"] == "finished" and done["result"]["reward"] == 1.0
+            assert done["result"]["details"]["sandbox_tier"]
+        finally:
+            if worker is not None:
+                stop_worker(worker)

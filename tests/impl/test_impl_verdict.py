@@ -1,0 +1,87 @@
+"""Tables for the pure parts of impl grading: value comparison, code extraction, the AST
+deny-list."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.graders.impl_source import denied_imports, extract_code
+from app.graders.impl_verdict import check_sharding, compare, decode
+
+# (expected, returned as the harness encodes it, matches)
+NUMBERS = [
+    (2.0, 2.0 * (1 + 1e-7), True),
+    (2.0, 2.0 * (1 + 1e-5), False),
+    (3, 3.0, True),
+    (0.0, 0.0, True),
+    (1.0, math.nan, False),
+    (1.0, math.inf, False),
+    (1.0, True, False),  # a bool is not a number here
+    (True, 1, False),
+    (False, False, True),
+    (1.0, "1.0", False),
+]
+STRUCTURES = [
+    ({"a": 1.0}, {"$dict": [["a", 1.0]]}, True),
+    ({"a": 1.0}, {"$dict": [["a", 1.0], ["b", 2]]}, False),
+    ({"a": 1.0}, {"a": 1.0}, False),  # an untagged dict is not what the harness sends for a dict
+    ([1, 2], [1, 2], True),
+    ([1, 2], [2, 1], False),
+    ([[1.0, 2.0]], {"$array": {"dtype": "float32", "shape": [1, 2], "data": [[1.0, 2.0]]}}, True),
+    ([[1.0, 2.0]], {"$array": {"dtype": "float32", "shape": [1, 2], "data": [[1.0, 2.5]]}}, False),
+    (1.0, {"$unsupported": "Liar"}, False),
+    ([1], {"$dict": "not pairs"}, False),
+]
+
+
+@pytest.mark.parametrize(("expected", "encoded", "matches"), NUMBERS + STRUCTURES)
+def test_compare(expected, encoded, matches) -> None:
+    reason = compare(expected, decode(encoded), 1e-6)
+    assert (reason is None) == matches, reason
+
+
+SHARDED = {"$array": {"dtype": "float32", "shape": [8, 2], "data": [[0.0, 0.0]] * 8,
+                      "sharding": {"spec": ["data", None], "num_devices": 8}}}
+
+
+@pytest.mark.parametrize(("required", "encoded", "ok"), [
+    ({"spec": ["data", None], "num_devices": 8}, SHARDED, True),
+    ({"spec": [None, "data"]}, SHARDED, False),
+    ({"num_devices": 8}, {"$array": {"dtype": "float32", "shape": [1], "data": [0.0]}}, False),
+    ({"num_devices": 8}, [0.0], False),
+])
+def test_check_sharding(required, encoded, ok) -> None:
+    assert (check_sharding(required, decode(encoded)) is None) == ok
+
+
+FENCE = "```"
+EXTRACTION = [
+    (f"{FENCE}python\ndef f(x):\n    return x\n{FENCE}", "def f(x):\n    return x\n"),
+    (f"{FENCE}python\ndef f(x):\n    return 1\n{FENCE}\nbetter:\n"
+     f"{FENCE}python\ndef f(x):\n    return 2\n{FENCE}", "def f(x):\n    return 2\n"),
+    (f"{FENCE}python\ndef f(x):\n    return 1\n{FENCE}\n{FENCE}python\nprint(f(2))\n{FENCE}",
+     "def f(x):\n    return 1\n"),
+    (f"<think>{FENCE}python\ndef f(x):\n    return 0\n{FENCE}</think>no code", None),
+    ("def f(x):\n    return 3\n", "def f(x):\n    return 3\n"),
+    ("just prose", None),
+    (f"{FENCE}\ndef f(x):\n    return 4\n", "def f(x):\n    return 4\n"),  # unclosed, unlabelled
+]
+
+
+@pytest.mark.parametrize(("text", "code"), EXTRACTION)
+def test_extract_code(text: str, code: str | None) -> None:
+    assert extract_code(text, "f") == code
+
+
+@pytest.mark.parametrize(("source", "denied"), [
+    ("import socket", ["socket"]),
+    ("from subprocess import run", ["subprocess"]),
+    ("import os.path, ctypes.util", ["ctypes.util"]),
+    ("import numpy as np\nimport jax", []),
+    ("from . import socket", []),
+    ("def f(:", []),  # does not parse: the child reports the syntax error
+])
+def test_denied_imports(source: str, denied: list[str]) -> None:
+    assert denied_imports(source) == denied

@@ -1,0 +1,70 @@
+"""Targets for the adversarial suite, and the tier parameters (see tiers.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.tiers import offered_tiers
+
+
+@dataclass
+class Targets:
+    """Things on the host that attacks aim at; none of them may be reached."""
+
+    service_pid: int
+    secret_file: Path  # 0600, like a deployment's settings file
+    protected_dir: Path  # root-owned 0755: the candidate must not create files here
+    source_file: Path  # the service's own code
+    tcp_port: int
+    unix_path: str
+    canary: str  # set in the service's environment
+
+
+@pytest.fixture(scope="session")
+def targets() -> Iterator[Targets]:
+    base = Path(tempfile.mkdtemp(prefix="sandbox-targets-"))
+    os.chmod(base, 0o755)
+    secret = base / "settings.env"
+    secret.write_text("SCALING_GRADER_API_KEY=sk-canary-8d1f\n")
+    os.chmod(secret, 0o600)
+    protected = base / "protected"
+    protected.mkdir()
+    os.chmod(protected, 0o755)
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(16)
+    unix_path = str(base / "service.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(unix_path)
+    os.chmod(unix_path, 0o777)
+    unix.listen(16)
+    canary = "canary-" + os.urandom(8).hex()
+    os.environ["SCALING_GRADER_TEST_CANARY"] = canary
+    yield Targets(
+        service_pid=os.getpid(),
+        secret_file=secret,
+        protected_dir=protected,
+        source_file=Path(__file__).resolve().parents[2] / "app" / "graders" / "impl.py",
+        tcp_port=tcp.getsockname()[1],
+        unix_path=unix_path,
+        canary=canary,
+    )
+    tcp.close()
+    unix.close()
+    os.environ.pop("SCALING_GRADER_TEST_CANARY", None)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "tier" in metafunc.fixturenames:
+        metafunc.parametrize("tier", offered_tiers())
+    if "os_tier" in metafunc.fixturenames:
+        # Tiers that hold without the Python-level guards: the OS layers alone must contain
+        # the attacks there (the plain tier without seccomp relies on the guards for some).
+        metafunc.parametrize("os_tier", [t for t in offered_tiers() if t != "plain"])

@@ -1,0 +1,200 @@
+"""The adversarial suite: every attack, under every tier this machine offers, is scored 0 with a
+clear verdict, leaks nothing, leaves nothing running, and leaves the service unharmed."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+from app.graders.impl_verdict import decode, judge_case
+from app.graders.sandbox import CaseRun, Sandbox
+from app.graders.sandbox.uids import processes_of
+from app.tasks.impl.spec import Case
+from tests.sandbox.attacks import ALL, OS_LAYER, Attack, code
+from tests.sandbox.tiers import SHORT_LIMITS, box_for, offered_tiers, tier_settings
+
+# A value no attack can know: the only way to "pass" would be a forged result.
+UNGUESSABLE = Case(args=(), expected="expected-" + os.urandom(6).hex())
+# Under the OS layers alone, these checks hold only where the filesystem is private.
+_PRIVATE_FS_ONLY = {"spawn_subprocess"}
+
+
+def _observed(run: CaseRun) -> Any:
+    result = (run.final or {}).get("result") or {}
+    return decode(result.get("value")) if result.get("kind") == "value" else None
+
+
+def _attack(box: Sandbox, attack: Attack, targets: Any) -> tuple[CaseRun, dict[str, Any]]:
+    start = time.monotonic()
+    run = box.run(attack.source, "attack", attack.args(targets), profile="numpy")
+    elapsed = time.monotonic() - start
+    verdict = judge_case(UNGUESSABLE, run, 1e-6, SHORT_LIMITS["cpu_seconds"])
+    # The parent is unharmed: it is still here, and the case ended within the wall limit
+    # plus the time it takes to tear a sandbox down.
+    assert elapsed < SHORT_LIMITS["wall_seconds"] + 5
+    # Nothing the case started survives it.
+    uid = run.extra.get("uid")
+    if uid is not None:
+        assert processes_of(uid) == []
+    return run, verdict
+
+
+@pytest.mark.parametrize("attack", ALL, ids=lambda a: a.name)
+def test_attack_is_contained(tier: str, attack: Attack, targets: Any) -> None:
+    run, verdict = _attack(box_for(tier), attack, targets)
+    assert verdict["verdict"] in attack.verdicts, (verdict, run.fault, run.stderr[-300:])
+    assert run.tier == tier
+    if attack.check is not None:
+        attack.check(_observed(run), targets, tier)
+
+
+@pytest.mark.parametrize("attack", OS_LAYER, ids=lambda a: a.name)
+def test_attack_is_contained_without_python_guards(os_tier: str, attack: Attack, targets: Any) -> None:
+    run, verdict = _attack(box_for(os_tier, guards=False), attack, targets)
+    assert verdict["verdict"] != "passed"
+    assert verdict["verdict"] in attack.verdicts | {"wrong", "crashed"}, (verdict, run.fault)
+    if attack.check is not None and (attack.name not in _PRIVATE_FS_ONLY or os_tier.startswith("bubblewrap")):
+        attack.check(_observed(run), targets, os_tier)
+
+
+def test_background_process_is_killed_after_the_case(tier: str, targets: Any) -> None:
+    source = (
+        "import os, time\ndef attack():\n    pid = os.fork()\n    if pid == 0:\n        os.setsid()\n"
+        "        time.sleep(600)\n        os._exit(0)\n    return pid\n"
+    )
+    run = box_for(tier, guards=False).run(source, "attack", [], profile="numpy")
+    assert isinstance(_observed(run), int)  # the fork really happened
+    uid = run.extra["uid"]
+    assert uid is not None and processes_of(uid) == []
+
+
+def test_fork_bomb_is_capped_by_the_process_limit(tier: str) -> None:
+    source = (
+        "import os\ndef attack():\n    n = 0\n    try:\n        while n < 1000:\n"
+        "            if os.fork() == 0:\n                import time; time.sleep(30); os._exit(0)\n"
+        "            n += 1\n    except OSError:\n        return n\n    return n\n"
+    )
+    run = box_for(tier, guards=False).run(source, "attack", [], profile="numpy")
+    forked = _observed(run)
+    assert forked == SHORT_LIMITS["max_processes"]
+
+
+def test_candidate_runs_unprivileged_with_scrubbed_environment(tier: str, targets: Any) -> None:
+    source = (
+        "import os\ndef attack():\n"
+        "    return [os.getuid(), os.geteuid(), os.getcwd(), sorted(os.environ), os.listdir('.')]\n"
+    )
+    run = box_for(tier).run(source, "attack", [], profile="numpy")
+    uid, euid, cwd, env, listing = _observed(run)
+    assert uid != 0 and euid != 0
+    # Only what the sandbox sets (PWD comes from the launcher's shell); nothing of the service's.
+    assert set(env) <= {
+        "PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "JAX_PLATFORMS", "XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL",
+        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PWD",
+    }
+    assert {"HOME", "XLA_FLAGS"} <= set(env)
+    assert listing == []  # a fresh, empty working directory
+    if tier.startswith("bubblewrap"):
+        assert cwd == "/tmp/work"
+
+
+def test_seccomp_really_denies_calls(tier: str) -> None:
+    source = code("""
+        import ctypes, os
+        def attack():
+            libc = ctypes.CDLL(None, use_errno=True)
+            return 'ok' if libc.unshare(0) == 0 else os.strerror(ctypes.get_errno())
+        """)
+    run = box_for(tier, guards=False).run(source, "attack", [], profile="numpy")
+    observed = _observed(run)
+    # unshare(0) changes nothing and always succeeds, unless a filter refuses the call itself.
+    if tier.endswith("+seccomp"):
+        assert observed == "Operation not permitted"
+        assert run.armed and run.armed["seccomp"] is True
+    else:
+        assert observed == "ok"
+
+
+def test_a_warm_child_that_died_while_idle_is_replaced(tier: str) -> None:
+    box = box_for(tier)
+    box.prewarm("numpy")
+    with box._cv:
+        victim = box._warm["numpy"][0]
+    victim.popen.kill()
+    victim.popen.wait()
+    source = "def attack():\n    return 7\n"
+    runs = [box.run(source, "attack", [], profile="numpy") for _ in range(3)]
+    assert [_observed(r) for r in runs] == [7, 7, 7]
+
+
+def test_bubblewrap_namespaces_are_private(tier: str) -> None:
+    source = code("""
+        import os
+        def attack():
+            with open('/proc/net/dev') as f:
+                interfaces = sorted(line.split(':')[0].strip() for line in f.readlines()[2:])
+            pids = [p for p in os.listdir('/proc') if p.isdigit()]
+            return [os.getpid(), os.uname().nodename, sorted(os.listdir('/')), len(pids), interfaces]
+        """)
+    run = box_for(tier).run(source, "attack", [], profile="numpy")
+    pid, hostname, root, n_pids, interfaces = _observed(run)
+    if tier.startswith("bubblewrap"):
+        assert pid < 10 and n_pids <= 4  # its own pid namespace: init, reporter, runner
+        assert hostname == "sandbox"
+        assert interfaces == ["lo"]  # its own network namespace, nothing but loopback
+        assert set(root) <= {"bin", "dev", "etc", "lib", "lib64", "proc", "root", "sandbox", "tmp", "usr"}
+    else:
+        assert n_pids > 4  # the plain tier shares the host's pid namespace, as documented
+
+
+def test_sandbox_processes_hold_no_privilege(tier: str) -> None:
+    """While a case runs, every process under the dedicated uid range is unprivileged."""
+    import threading
+
+    sb = tier_settings(tier)
+    if os.geteuid() != 0:  # no dedicated uids without root: children share the service's uid
+        assert box_for(tier)._uids is None
+        return
+    done = threading.Event()
+    seen: dict[int, str] = {}
+
+    def watch() -> None:
+        while not done.is_set():
+            for entry in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{entry}/status") as f:
+                        status = dict(line.split(":", 1) for line in f)
+                except (OSError, ValueError):
+                    continue
+                uid = int(status["Uid"].split()[0])
+                if sb.uid_base <= uid < sb.uid_base + sb.uid_count:
+                    seen[int(entry)] = status["CapEff"].strip()
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    run = box_for(tier).run("import time\ndef attack():\n    time.sleep(1)\n    return 1\n", "attack", [])
+    done.set()
+    watcher.join()
+    assert _observed(run) == 1
+    assert len(seen) >= 2 and set(seen.values()) == {"0000000000000000"}
+
+
+def test_address_space_limit_counts_from_the_warm_state() -> None:
+    """With JAX loaded the child already maps far more than the 512 MiB test allowance; the
+    allowance is on top of that: 256 MiB fits, 768 MiB does not."""
+    tier = offered_tiers()[0]
+    source = code("""
+        import jax
+        def attack(mib):
+            return len(bytearray(mib << 20)) >> 20
+        """)
+    box = box_for(tier)
+    fits = box.run(source, "attack", [256], profile="jax")
+    too_big = box.run(source, "attack", [768], profile="jax")
+    assert _observed(fits) == 256
+    assert judge_case(UNGUESSABLE, too_big, 1e-6, SHORT_LIMITS["cpu_seconds"])["verdict"] == "memory"
+    assert fits.armed and fits.armed["limits"]["address_space_bytes"] > 1024**3
