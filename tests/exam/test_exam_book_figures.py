@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from app.tasks.exam import formulas as fm
+from app.tasks import formulas as fm
 from app.tasks.exam.numeric import applied_training, gpus, roofline, tpus, transformers
 from app.tasks.exam.source import chapter_text
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from app.tasks import formulas as fm
 from app.tasks.hardware import COMPUTE_CHIPS, TPUS
 from app.tasks.synthetic.rng import Draws
 
@@ -44,8 +45,8 @@ def _answer_many(*parts: str) -> str:
 def matmul_cost(d: Draws) -> Generated:
     dtype, nbytes = d.choice(DTYPES)
     b, dd, f = d.multiple(1, 8192, 8), d.multiple(512, 16384, 256), d.multiple(512, 65536, 256)
-    flops = 2 * b * dd * f
-    moved = nbytes * (b * dd + dd * f + b * f)
+    flops = fm.matmul_flops(b, dd, f)
+    moved = fm.matmul_bytes(b, dd, f, nbytes)
     prompt = (
         f"A matmul computes Y[B, F] = X[B, D] @ W[D, F] with B = {b}, D = {dd}, F = {f}. "
         f"X, W and Y are stored in {dtype} ({nbytes} byte(s) per element). Count the FLOPs "
@@ -59,7 +60,7 @@ def matmul_cost(d: Draws) -> Generated:
 def arithmetic_intensity(d: Draws) -> Generated:
     dtype, nbytes = d.choice(DTYPES)
     b, dd, f = d.multiple(1, 4096, 1), d.multiple(512, 16384, 512), d.multiple(512, 32768, 512)
-    intensity = (2 * b * dd * f) / (nbytes * (b * dd + dd * f + b * f))
+    intensity = fm.intensity(fm.matmul_flops(b, dd, f), fm.matmul_bytes(b, dd, f, nbytes))
     prompt = (
         f"What is the arithmetic intensity (FLOPs per byte of HBM traffic) of multiplying "
         f"X[B, D] by W[D, F] with B = {b}, D = {dd}, F = {f}, everything in {dtype} ({nbytes} "
@@ -75,7 +76,7 @@ def critical_batch(d: Draws) -> Generated:
     wname, wbytes = d.choice((("bf16", 2), ("int8", 1)))
     peak, bw = chip.bf16_flops, chip.hbm_bandwidth
     assert peak is not None
-    batch = peak * wbytes / (2 * bw)
+    batch = fm.critical_batch(peak, bw, wbytes)
     prompt = (
         f"On {_a(chip.name)} with {peak:.6g} bf16 FLOP/s and {bw:.6g} bytes/s of HBM bandwidth, a "
         f"matmul multiplies bf16 activations [B, D] by {wname} weights [D, F] ({wbytes} byte(s) per "
@@ -123,7 +124,7 @@ def kv_cache(d: Draws) -> Generated:
     head_dim = d.choice((64, 96, 128, 256))
     batch, seq = d.choice((1, 4, 8, 16, 32, 64, 128, 256)), d.choice((512, 1024, 2048, 4096, 8192, 32768, 131072))
     dtype, nbytes = d.choice((("bf16", 2), ("int8", 1)))
-    size = 2 * layers * batch * seq * kv_heads * head_dim * nbytes
+    size = fm.kv_cache_bytes(batch * seq, layers, kv_heads, head_dim, nbytes)
     attention = "multi-head attention" if kv_heads == heads else f"grouped-query attention with {kv_heads} KV heads"
     prompt = (
         f"A decoder has {layers} layers and {heads} query heads of dimension {head_dim}, using "
@@ -143,7 +144,7 @@ def param_count(d: Draws) -> Generated:
     kv_heads, head_dim = max(1, heads // d.choice((1, 2, 4, 8))), d.choice((64, 128, 256))
     vocab = d.choice((32000, 32768, 50304, 128256, 256000))
     tied = d.coin()
-    per_layer = 3 * dmodel * ffw + 2 * dmodel * (heads + kv_heads) * head_dim
+    per_layer = fm.mlp_params(dmodel, ffw) + fm.attention_params(dmodel, heads, kv_heads, head_dim)
     total = layers * per_layer + (1 if tied else 2) * dmodel * vocab
     emb = "one embedding matrix shared by input and output" if tied else "separate input and output embeddings"
     prompt = (
@@ -165,8 +166,8 @@ def training_flops(d: Draws) -> Generated:
     n_chips = d.choice((256, 512, 1024, 2048, 4096, 8192))
     mfu = d.choice((0.3, 0.4, 0.5, 0.6))
     assert chip.bf16_flops is not None
-    flops = 6 * params * tokens
-    seconds = flops / (n_chips * chip.bf16_flops * mfu)
+    flops = fm.training_flops(params, tokens)
+    seconds = fm.training_time(params, tokens, n_chips, chip.bf16_flops, mfu)
     prompt = (
         f"A dense model with {params:.6g} parameters is trained on {tokens:.6g} tokens. Using "
         f"the 6·N·D rule, how many training FLOPs is that, and how long does it take on {n_chips} "
@@ -181,7 +182,7 @@ def training_flops(d: Draws) -> Generated:
 def inference_flops(d: Draws) -> Generated:
     params = d.integer(1, 999) * 10.0 ** d.integer(8, 10)
     batch, generated = d.choice((1, 8, 32, 64, 128, 256)), d.choice((128, 256, 512, 1024, 4096))
-    flops = 2 * params * batch * generated
+    flops = fm.inference_flops(params, batch * generated)
     prompt = (
         f"A dense model with {params:.6g} parameters generates {generated} tokens for each of "
         f"{batch} sequences. Ignoring attention over the context, how many FLOPs does the "
@@ -248,7 +249,7 @@ def decode_step_time(d: Draws) -> Generated:
     n_chips = d.choice((1, 2, 4, 8, 16, 32))
     kv_bytes = d.integer(0, 500) * 1e9
     nbytes = d.choice((2, 1))
-    seconds = (params * nbytes + kv_bytes) / (n_chips * chip.hbm_bandwidth)
+    seconds = fm.decode_step_time(params * nbytes, kv_bytes, n_chips, chip.hbm_bandwidth)
     prompt = (
         f"A {params:.6g}-parameter model with {nbytes}-byte weights decodes on {n_chips} {chip.name} "
         f"chip(s) ({chip.hbm_bandwidth:.6g} bytes/s of HBM bandwidth each), with weights and a "

@@ -1,6 +1,6 @@
 """GPUs: chip anatomy, NVLink nodes and the scale-out network, collectives, LLM rooflines."""
 
-from app.tasks.exam import formulas as fm
+from app.tasks import formulas as fm
 from app.tasks.exam.numeric import collector
 
 QUESTIONS, numeric = collector()

@@ -1,6 +1,6 @@
 """Programming TPUs in JAX: shardings on a mesh and the cost of the collectives they imply."""
 
-from app.tasks.exam import formulas as fm
+from app.tasks import formulas as fm
 from app.tasks.exam.numeric import collector
 
 QUESTIONS, numeric = collector()

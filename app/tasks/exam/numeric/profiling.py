@@ -1,6 +1,6 @@
 """Profiling: turning trace timings into utilisation, bandwidth and memory figures."""
 
-from app.tasks.exam import formulas as fm
+from app.tasks import formulas as fm
 from app.tasks.exam.numeric import collector
 
 QUESTIONS, numeric = collector()

@@ -1,6 +1,6 @@
 """Rooflines: compute, memory and network time, arithmetic intensity, the critical batch size."""
 
-from app.tasks.exam import formulas as fm
+from app.tasks import formulas as fm
 from app.tasks.exam.numeric import collector
 
 QUESTIONS, numeric = collector()

@@ -1,6 +1,6 @@
 """Sharded matrices and collectives: per-device sizes, the four matmul cases, collective costs."""
 
-from app.tasks.exam import formulas as fm
+from app.tasks import formulas as fm
 from app.tasks.exam.numeric import collector
 
 QUESTIONS, numeric = collector()

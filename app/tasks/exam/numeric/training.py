@@ -1,6 +1,6 @@
 """Parallelism for training: data parallelism, FSDP, tensor parallelism, their mix, DCN."""
 
-from app.tasks.exam import formulas as fm
+from app.tasks import formulas as fm
 from app.tasks.exam.numeric import collector
 
 QUESTIONS, numeric = collector()

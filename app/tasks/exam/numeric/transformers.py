@@ -1,6 +1,6 @@
 """Transformer accounting: contraction FLOPs, parameter counts, 6ND, KV caches, MoE, remat."""
 
-from app.tasks.exam import formulas as fm
+from app.tasks import formulas as fm
 from app.tasks.exam.numeric import collector
 
 QUESTIONS, numeric = collector()

@@ -1,4 +1,5 @@
-"""The scaling formulas the exam's oracles are built from, one function per rule in the book.
+"""The scaling formulas, one function per rule in the book, shared by the exam's oracles and the
+synthetic generator.
 
 Every function is plain arithmetic on its arguments (no math.* calls), so the oracle tests can
 trace the operations performed on the raw quantities of a question. Units: bytes, seconds,
