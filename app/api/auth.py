@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from app.observability import TENANT_REQUESTS
+from app.observability import TENANT_REQUESTS, child
 from app.ratelimit import RateLimiter
 from app.tenants import LOCAL_TENANT, Tenant, hash_key
 
@@ -47,7 +47,7 @@ class TenantMiddleware:
                                       [(b"retry-after", retry)]):
                     await send(message)
                 return
-            TENANT_REQUESTS.labels(tenant.name).inc()
+            child(TENANT_REQUESTS, tenant.name).inc()
         scope.setdefault("state", {})["tenant"] = tenant
         await self.app(scope, receive, send)
 
