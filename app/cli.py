@@ -24,7 +24,9 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scaling-grader", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="scaling-grader", description="Grading service for RL and evaluation on the JAX scaling book."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
