@@ -155,3 +155,30 @@ def test_wait_returns_202_then_the_job_endpoint_has_the_result(backend, redis_se
         finally:
             if worker is not None:
                 stop_worker(worker)
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+def test_same_request_id_ten_times_concurrently_queues_once(backend, redis_server) -> None:
+    import concurrent.futures
+
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE} if backend == "redis" else dict(FAST_QUEUE)
+    with running_server(env) as url:
+        worker = start_worker(redis_server.url, "idem", FAST_QUEUE) if backend == "redis" else None
+        graded = 'scaling_grader_grades_total{grading="impl",outcome="correct",split="impl"} 1.0'
+        try:
+            body = {"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "request_id": "impl-once", "wait": 120}
+            with concurrent.futures.ThreadPoolExecutor(10) as pool:
+                responses = list(pool.map(lambda _: httpx.post(url + "/v1/grade", json=body, timeout=180), range(10)))
+            metrics = httpx.get(url + "/metrics").text
+        finally:
+            if worker is not None:
+                stop_worker(worker)
+        assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+        results = [r.json() for r in responses]
+        assert len({r["job_id"] for r in results}) == 1
+        assert all(r["reward"] == 1.0 for r in results)
+        if backend == "redis":
+            assert {r["details"]["attempt"] for r in results} == {1}  # the job ran exactly once
+        else:  # embedded: graded in the API process, whose metrics count it once
+            assert graded in metrics
+        assert redis_server.client().llen("rq:queue:impl") == 0
