@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from app.settings import get_settings
 from app.tasks.coverage import compute_coverage, render_markdown
+from app.tasks.registry import split_names
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,6 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    unknown = sorted(set(args.splits or ()) - set(split_names()))
+    if unknown:  # a typo must not print a map that says everything is uncovered
+        print(f"unknown split {unknown[0]!r}; known: {', '.join(split_names())}", file=sys.stderr)
+        return 2
     cov = compute_coverage(get_settings(), args.splits)
     print(json.dumps(cov.as_dict(), indent=2) if args.json else render_markdown(cov))
     return 1 if args.strict and (cov.uncovered() or cov.unavailable) else 0

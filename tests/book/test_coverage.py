@@ -80,6 +80,14 @@ def test_coverage_command_strict_fails_on_gaps(env_settings, capsys) -> None:
     assert "profiling.profiler" in data["uncovered"]
 
 
+def test_coverage_command_refuses_an_unknown_split(env_settings, capsys) -> None:
+    # A typo must not print a map in which every item looks uncovered, with exit 0.
+    assert _run("app.commands.coverage", ["coverage", "--split", "nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("unknown split 'nope'; known: ") and "Traceback" not in captured.err
+
+
 def test_book_command_prints_size_and_exclusions(env_settings, bank, capsys) -> None:
     assert _run("app.commands.book", ["book"]) == 0
     out = capsys.readouterr().out

@@ -89,6 +89,13 @@ def test_cli_rejects_a_malformed_url(book_env, capsys):
     assert args.func(args) == 2
 
 
+def test_cli_rejects_an_unknown_split(book_env, capsys):
+    args = parser_for(judge_check).parse_args(
+        ["judge-check", "--model", "m", "--base-url", "http://127.0.0.1:1/v1", "--split", "nope"])
+    assert args.func(args) == 2
+    assert capsys.readouterr().out == "judge-check: unknown split 'nope'\n"
+
+
 def test_exam_summary_command(capsys):
     args = parser_for(exam_command).parse_args(["exam-summary"])
     assert args.func(args) == 0
