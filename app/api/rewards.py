@@ -13,11 +13,10 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.routing import Route
 
 from app.api.auth import tenant_of
 from app.api.errors import ApiError
-from app.api.grade import parse_body
+from app.api.grade import NamedRoute, parse_body
 from app.api.schemas import GradeBatchRequest, GradeRequest
 from app.graders.result import GradeResult, Outcome
 from app.integrations.labels import in_order, pending, requests_for, settle
@@ -103,8 +102,8 @@ async def get_reward(request: Request) -> Response:
 
 # Wiring: app.router.routes[0:0] = grade.ROUTES + rewards.ROUTES (see the report / README).
 ROUTES = [
-    Route("/v1/rewards", rewards, methods=["POST"], include_in_schema=False),
-    Route("/get_reward", get_reward, methods=["POST"], include_in_schema=False),
+    NamedRoute("/v1/rewards", rewards, methods=["POST"], include_in_schema=False),
+    NamedRoute("/get_reward", get_reward, methods=["POST"], include_in_schema=False),
 ]
 
 

@@ -130,6 +130,20 @@ def test_health_ready_metrics_docs(client: httpx.Client) -> None:
     assert client.get("/docs").status_code == 200
 
 
+def test_metrics_label_the_grading_and_reward_routes(client: httpx.Client) -> None:
+    # These are plain Starlette routes (the hot path); each must be counted under its own path.
+    item = {"reference": {"values": ["1 s"]}, "completion": "Final answer: 1 s"}
+    client.post("/v1/grade", json=item)
+    client.post("/v1/grade/batch", json={"items": [item]})
+    client.post("/v1/rewards", json={"items": [item]})
+    client.post("/get_reward", json={"query": ["Q Final answer: 1 s"], "prompts": ["Q"], "labels": ["1 s"]})
+    metrics = client.get("/metrics").text
+    for route in ("/v1/grade", "/v1/grade/batch", "/v1/rewards", "/get_reward"):
+        assert f'scaling_grader_http_requests_total{{method="POST",route="{route}",status="200"}}' in metrics
+        assert f'scaling_grader_http_request_seconds_count{{route="{route}"}}' in metrics
+    assert 'method="POST",route="unmatched"' not in metrics
+
+
 def test_openapi_documents_the_grade_body(client: httpx.Client) -> None:
     spec = client.get("/openapi.json").json()
     body = spec["paths"]["/v1/grade"]["post"]["requestBody"]["content"]["application/json"]["schema"]
