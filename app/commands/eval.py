@@ -48,6 +48,26 @@ def default_out_dir(model: str, split: str) -> Path:
     return Path("eval-reports") / f"{safe}-{split}-{stamp}"
 
 
+def _no_judge_for(tasks: list[dict], args: argparse.Namespace) -> str | None:
+    """Why in-process grading could not judge the judge-graded tasks, found before any sampling
+    (a service applies its own judge settings, so it is not second-guessed here)."""
+    from app.graders.dispatch import GradeOptions, JudgeSpec
+    from app.graders.judge import judge_problem
+    from app.integrations.grading import judge_settings
+    from app.settings import Settings
+
+    judged = sum(t["grading"] == "judge" for t in tasks)
+    if not judged or args.service_url:
+        return None
+    settings = Settings(**(judge_settings(args.judge_model, args.judge_base_url, args.judge_api_key_var) or {}))
+    spec = JudgeSpec(model=args.judge_model, base_url=args.judge_base_url) if args.judge_model else None
+    problem = judge_problem(GradeOptions(judge=spec), settings)
+    if problem is None:
+        return None
+    return (f"{judged} of the {len(tasks)} tasks are judge-graded and no judge is usable ({problem}); "
+            "pass --judge-model and --judge-base-url, or pick tasks without judge items (--chapters, --split)")
+
+
 def run(args: argparse.Namespace) -> int:
     from app.evaluation.progress import progress_bar
     from app.evaluation.report import write_report
@@ -70,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not tasks:
         print("no tasks match", file=sys.stderr)
+        return 2
+    if problem := _no_judge_for(tasks, args):
+        print(problem, file=sys.stderr)
         return 2
     config = EvalConfig(
         model=args.model, base_url=args.base_url, api_key_var=args.api_key_var, rollouts=args.rollouts,

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.client import AsyncGraderClient
+from app.client import AsyncGraderClient, GraderError
+from app.errors import ApiError
 from app.evaluation.progress import Progress
 from app.integrations.grading import grade_labelled_async, judge_settings
 from app.integrations.tasks import SYSTEM_PROMPT
@@ -78,13 +79,22 @@ async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress
                               sampling_error=f"{type(exc).__name__}: {str(exc)[:200]}")
         record["sample_seconds"] = round(time.perf_counter() - start, 4)
         if record["sampling_error"] is None:
-            [result] = await grade_labelled_async([task["id"]], [record["completion"]], config.service_url,
-                                                  overrides, client=grader, tolerance=config.tolerance, judge=judge)
-            record.update(reward=result.reward if result.scored else None, outcome=result.outcome.value,
-                          scored=result.scored, extracted_answer=result.extracted_answer,
-                          explanation=result.explanation)
-            graded += result.scored
-            correct += result.outcome.value == "correct"
+            try:
+                [result] = await grade_labelled_async([task["id"]], [record["completion"]], config.service_url,
+                                                      overrides, client=grader, tolerance=config.tolerance,
+                                                      judge=judge)
+            except (ApiError, GraderError) as refused:
+                # A refused grade (no judge, a completion over the size limit) is this rollout's
+                # unscored fault; it must not discard every other rollout sampled so far.
+                status = refused.status or 500
+                record.update(reward=None, outcome="invalid_request" if 400 <= status < 500 else "error",
+                              scored=False, extracted_answer=None, explanation=f"{refused.error}: {refused.detail}")
+            else:
+                record.update(reward=result.reward if result.scored else None, outcome=result.outcome.value,
+                              scored=result.scored, extracted_answer=result.extracted_answer,
+                              explanation=result.explanation)
+                graded += result.scored
+                correct += result.outcome.value == "correct"
         else:
             record.update(reward=None, outcome=None, scored=False, extracted_answer=None, explanation=None)
         progress.update(1)

@@ -83,10 +83,12 @@ def resolve_judge(options: GradeOptions, settings: Settings) -> JudgeTarget:
     spec = options.judge
     model = spec.model if spec is not None else judge.default_model
     if not model:
-        raise JudgeUnavailable("no judge model: name one in options.judge.model or configure a default")
+        raise JudgeUnavailable("no judge model: name one in the request's judge.model, "
+                               "or set SCALING_GRADER_JUDGE__DEFAULT_MODEL")
     requested = spec.base_url if spec is not None and spec.base_url else judge.default_base_url
     if not requested:
-        raise JudgeUnavailable("no judge base_url: name one in options.judge.base_url or configure a default")
+        raise JudgeUnavailable("no judge base_url: name one in the request's judge.base_url, "
+                               "or set SCALING_GRADER_JUDGE__DEFAULT_BASE_URL")
     base_url = normalise_base_url(requested)
     if base_url not in _allowed(judge):
         raise JudgeUnavailable("judge base_url is not on the operator's allow-list")

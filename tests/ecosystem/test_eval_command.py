@@ -148,3 +148,48 @@ def test_exam_split_with_a_judge_reports_by_grading_kind(tmp_path: Path) -> None
         assert group["tasks"] == sum(t["grading"] == kind for t in exam)
         assert group["accuracy"] == 1.0
     assert {r.body["model"] for r in fake.requests} == {"policy", "judge-yes"}
+
+
+def _roofline_exam() -> tuple[list[dict], dict[str, str]]:
+    exam = public_tasks("exam", chapters=["roofline"], n=None, seed=0, url=None)
+    answers = {t["prompt"]: right(t["id"]) if t["grading"] == "numeric" else "It is memory-bound." for t in exam}
+    return exam, answers
+
+
+def test_judge_items_without_a_judge_are_refused_before_sampling(tmp_path: Path) -> None:
+    exam, answers = _roofline_exam()
+    fake = PolicyFake(answers).start()
+    try:
+        done = run_eval("--model", "policy", "--base-url", fake.base_url, "--split", "exam", "--chapters", "roofline",
+                        "-n", "0", "--no-progress", "-o", str(tmp_path / "report"))
+    finally:
+        fake.stop()
+    judged = sum(t["grading"] == "judge" for t in exam)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{judged} of the {len(exam)} tasks are judge-graded" in done.stderr and "--judge-model" in done.stderr
+    assert fake.requests == [] and not (tmp_path / "report").exists()  # nothing sampled, nothing written
+
+
+def test_a_grade_the_service_refuses_is_one_unscored_rollout(tmp_path: Path, server_url: str) -> None:
+    # The test service has no judge: it refuses each judge item (422), which must cost that
+    # rollout only, not the run.
+    exam, answers = _roofline_exam()
+    fake = PolicyFake(answers).start()
+    try:
+        out = tmp_path / "report"
+        done = run_eval("--model", "policy", "--base-url", fake.base_url, "--split", "exam", "--chapters", "roofline",
+                        "-n", "0", "--service-url", server_url, "--no-progress", "-o", str(out))
+    finally:
+        fake.stop()
+    assert done.returncode == 0, done.stderr[-2000:]
+    kinds = {t["id"]: t["grading"] for t in exam}
+    records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert len(records) == len(exam)
+    for r in records:
+        if kinds[r["task_id"]] == "judge":
+            assert (r["outcome"], r["reward"], r["scored"]) == ("invalid_request", None, False)
+            assert r["explanation"].startswith("judge_unavailable: ")
+        else:
+            assert (r["outcome"], r["reward"]) == ("correct", 1.0)
+    overall = json.loads((out / "summary.json").read_text())["overall"]
+    assert overall["unscored"] == sum(k == "judge" for k in kinds.values()) and overall["accuracy"] == 1.0
