@@ -43,6 +43,12 @@ def run(args: argparse.Namespace) -> int:
               "run code here. Set SCALING_GRADER_TENANTS_FILE (see README: Tenants), or bind 127.0.0.1.",
               file=sys.stderr)
         return 2
+    if args.workers > 1 and not settings.redis_url:
+        # Embedded jobs and idempotency keys live in one process: a second worker process would
+        # answer 404 for jobs the first one holds.
+        print("several --workers need SCALING_GRADER_REDIS_URL: in embedded mode queued jobs live in one "
+              "process. Run one worker, or set the Redis URL.", file=sys.stderr)
+        return 2
     uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
                 workers=args.workers, log_level=args.log_level, access_log=False)
     return 0

@@ -165,6 +165,28 @@ def test_serve_refuses_a_public_bind_without_tenants() -> None:
     assert done.returncode == 2 and "tenants file" in done.stderr
 
 
+def test_serve_refuses_several_workers_in_embedded_mode() -> None:
+    # Embedded jobs live in one process: with two, a poll reached the other one half the time (404).
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.server import ROOT, free_port
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
+    child = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(free_port()), "--workers", "2"],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        _, stderr = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # it started serving: end it and its worker processes
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        pytest.fail("serve started two embedded workers")
+    assert child.returncode == 2 and "SCALING_GRADER_REDIS_URL" in stderr and "Traceback" not in stderr
+
+
 def test_rows_split_served_and_graded_over_http(client: httpx.Client) -> None:
     import json as _json
 
