@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from app.api.deps import SettingsDep
 from app.api.errors import ApiError
 from app.tasks.base import UnknownTask
+from app.tasks.book.source import BookSourceError
 from app.tasks.registry import UnknownSplit, get_bank, resolve_task, split_names
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
@@ -51,4 +52,10 @@ def get_task(task_id: str, settings: SettingsDep) -> dict[str, Any]:
 
 @router.get("/splits")
 def list_splits(settings: SettingsDep) -> dict[str, Any]:
-    return {"splits": [get_bank(name, settings).info() for name in split_names()]}
+    splits = []
+    for name in split_names():
+        try:
+            splits.append({**get_bank(name, settings).info(), "available": True})
+        except BookSourceError as exc:  # one split without its source must not hide the others
+            splits.append({"name": name, "available": False, "error": str(exc)[:300]})
+    return {"splits": splits}

@@ -10,6 +10,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--queues", default="impl,judge", help="comma-separated queues to serve")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     p.add_argument("--name", help="worker name (default: RQ's)")
+    p.add_argument("--metrics-port", type=int, help="serve this worker's Prometheus metrics on this port")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="bind address for --metrics-port")
     p.set_defaults(func=run)
 
 
@@ -18,4 +20,11 @@ def run(args: argparse.Namespace) -> int:
     from worker.main import run as run_worker
 
     queues = tuple(q for q in args.queues.split(",") if q)
+    if args.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        from app.observability import REGISTRY
+
+        # Grades run here, not in the API: scrape each worker for its grade counts and latencies.
+        start_http_server(args.metrics_port, addr=args.metrics_host, registry=REGISTRY)
     return run_worker(get_settings(), queues, burst=args.burst, name=args.name)

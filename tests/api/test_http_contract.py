@@ -206,3 +206,17 @@ def test_rows_split_served_and_graded_over_http(client: httpx.Client) -> None:
     assert inline["reward"] == 1.0
     bad = client.post("/v1/grade", json={"reference": {"rows": [{"x": {"nested": 1}}]}, "completion": "{}"})
     assert bad.status_code == 422 and bad.json()["error"] == "invalid_reference"
+
+
+def test_a_split_without_its_source_does_not_hide_the_others(tmp_path) -> None:
+    from tests.support.server import running_server
+
+    env = {"SCALING_GRADER_BOOK_MIRROR": str(tmp_path / "missing"), "SCALING_GRADER_BOOK_CACHE": str(tmp_path / "c"),
+           "SCALING_GRADER_BOOK_BASE_URL": "http://127.0.0.1:9/nowhere"}
+    with running_server(env) as url:
+        splits = {s["name"]: s for s in httpx.get(url + "/v1/splits", timeout=60).json()["splits"]}
+        assert splits["synthetic"]["available"] and splits["tasks"]["available"]
+        assert splits["book"]["available"] is False and "missing from mirror" in splits["book"]["error"]
+        book = httpx.get(url + "/v1/tasks", params={"split": "book"}, timeout=60)
+        assert book.status_code == 503 and book.json()["error"] == "book_source_unavailable"
+        assert "Traceback" not in book.text

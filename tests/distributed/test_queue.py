@@ -182,3 +182,20 @@ def test_same_request_id_ten_times_concurrently_queues_once(backend, redis_serve
         else:  # embedded: graded in the API process, whose metrics count it once
             assert graded in metrics
         assert redis_server.client().llen("rq:queue:impl") == 0
+
+
+def test_worker_serves_its_own_metrics(redis_server) -> None:
+    from tests.support.server import free_port
+
+    port = free_port()
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url:
+        worker = start_worker(redis_server.url, "metered", FAST_QUEUE, args=("--metrics-port", str(port)))
+        try:
+            r = httpx.post(url + "/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 120},
+                           timeout=180)
+            assert r.status_code == 200 and r.json()["reward"] == 1.0
+            metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        finally:
+            stop_worker(worker)
+    assert 'scaling_grader_grades_total{grading="impl",outcome="correct",split="impl"} 1.0' in metrics
