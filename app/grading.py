@@ -59,9 +59,17 @@ def apply_tenant_judge(request: GradeRequest, tenant: Tenant) -> GradeRequest:
     if judge is None and tenant.judge_model:
         base = tenant.judge_base_urls[0] if tenant.judge_base_urls else None
         return request.model_copy(update={"judge": JudgeSpec(model=tenant.judge_model, base_url=base)})
-    restricted = tenant is not LOCAL_TENANT
-    if judge is not None and judge.base_url and restricted and judge.base_url not in tenant.judge_base_urls:
-        raise ApiError(403, "judge_not_allowed", "this judge base URL is not allowed for this tenant")
+    if judge is not None and judge.base_url and tenant is not LOCAL_TENANT:
+        from app.graders.judge import JudgeUnavailable, normalise_base_url
+
+        try:  # compared in the same canonical form as the operator's allow-list
+            allowed = judge.base_url and normalise_base_url(judge.base_url) in {
+                normalise_base_url(u) for u in tenant.judge_base_urls
+            }
+        except JudgeUnavailable:
+            allowed = False
+        if not allowed:
+            raise ApiError(403, "judge_not_allowed", "this judge base URL is not allowed for this tenant")
     return request
 
 

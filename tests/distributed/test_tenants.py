@@ -123,3 +123,13 @@ def test_tenant_usage_is_counted_in_metrics(tenant_server) -> None:
     headers = {"Authorization": f"Bearer {key_a}"}
     httpx.get(url + "/v1/splits", headers=headers)
     assert 'scaling_grader_tenant_requests_total{tenant="alpha"}' in httpx.get(url + "/metrics", headers=headers).text
+
+
+def test_tenant_judge_urls_compare_in_canonical_form(tenant_server) -> None:
+    """The tenant lists http://127.0.0.1:9/v1; a trailing slash or upper-case scheme is the same
+    endpoint and must not be refused by the tenant check (the judge itself is unreachable, so the
+    grade ends as an unscored judge fault or refusal, never a 403)."""
+    url, key_a, _ = tenant_server
+    body = {**_correct("synthetic/0/3"), "judge": {"model": "m", "base_url": "HTTP://127.0.0.1:9/v1/"}}
+    r = httpx.post(url + "/v1/grade", json=body, headers={"Authorization": f"Bearer {key_a}"})
+    assert r.status_code == 200 and r.json()["reward"] == 1.0

@@ -60,7 +60,7 @@ def category_table(recs: list[dict[str, Any]]) -> str:
 def dataset_card(recs: list[dict[str, Any]], data_file: str) -> str:
     outputs = {r["task_id"]: json.loads(r["expected_output"]) for r in recs}
     return f"""---
-license: apache-2.0
+license: mit
 pretty_name: scaling-grader tasks split
 task_categories:
 - question-answering

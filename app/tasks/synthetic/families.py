@@ -100,10 +100,11 @@ def roofline_time(d: Draws) -> Generated:
     comms = (
         f", and sends {ici:.6g} bytes over ICI at {chip.ici_bandwidth_bidi:.6g} bytes/s" if ici else ""
     )
+    parts = "compute, HBM traffic and ICI traffic" if ici else "compute and HBM traffic"
     how = (
-        "Compute, HBM traffic and ICI traffic overlap perfectly, so the slowest one sets the time."
+        f"{parts[0].upper()}{parts[1:]} overlap perfectly, so the slowest one sets the time."
         if overlap
-        else "Nothing overlaps: compute, HBM traffic and ICI traffic happen one after another."
+        else f"Nothing overlaps: {parts} happen one after another."
     )
     prompt = (
         f"A kernel on one {chip.name} ({chip.bf16_flops:.6g} bf16 FLOP/s, {chip.hbm_bandwidth:.6g} "
