@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_THINK_CLOSED = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 _FENCE = re.compile(r"(```|~~~).*?(?:\1|\Z)", re.DOTALL)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _FINAL = re.compile(r"final\s+answer\s*(?:\*\*|__)?\s*[:：]", re.IGNORECASE)
@@ -21,14 +22,43 @@ class Extraction:
     source: str  # "final_line" or "boxed"
 
 
+def _drop_closed_blocks(text: str) -> str:
+    """Each ``<think>...</think>`` replaced by a space. Hand-rolled rather than a lazy regex:
+    ``<think>.*?</think>`` rescans to the end from every unclosed ``<think>``, so a completion
+    of repeated openers took seconds (quadratic); this is one pass."""
+    parts: list[str] = []
+    pos = 0
+    while (opened := _THINK_OPEN.search(text, pos)) is not None:
+        closed = _THINK_CLOSE.search(text, opened.end())
+        if closed is None:  # no later opener can close either
+            break
+        parts.append(text[pos : opened.start()])
+        parts.append(" ")
+        pos = closed.end()
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def _last_close(text: str) -> re.Match[str] | None:
+    closes = list(_THINK_CLOSE.finditer(text))
+    return closes[-1] if closes else None
+
+
+def after_thinking(completion: str) -> str:
+    """Closed reasoning blocks dropped, and everything before a final orphan ``</think>`` (templates
+    that open thinking implicitly leave only the closing tag)."""
+    text = _drop_closed_blocks(completion)
+    close = _last_close(text)
+    return text[close.end() :] if close is not None else text
+
+
 def strip_thinking(completion: str) -> str:
     """The completion without its reasoning trace; empty if the thinking never finished."""
-    text = _THINK_CLOSED.sub(" ", completion)
-    # Templates that open thinking implicitly leave only a closing tag: drop what precedes it.
-    close = text.lower().rfind("</think>")
-    if close != -1:
-        return text[close + len("</think>") :]
-    if "<think>" in text.lower():  # thinking never finished: no committed answer
+    text = _drop_closed_blocks(completion)
+    close = _last_close(text)
+    if close is not None:
+        return text[close.end() :]
+    if _THINK_OPEN.search(text):  # thinking never finished: no committed answer
         return ""
     return text
 
@@ -39,10 +69,10 @@ def strip_non_answers(completion: str) -> str:
     return _INLINE_CODE.sub(" ", text)
 
 
-def _balanced(text: str, start: int) -> str | None:
-    """Content from just after an opening brace to its matching close, or None if unclosed."""
+def _balanced(text: str, start: int, end: int) -> str | None:
+    """Content from just after an opening brace to its matching close before ``end``, or None."""
     depth = 1
-    for i in range(start, len(text)):
+    for i in range(start, end):
         c = text[i]
         if c == "{":
             depth += 1
@@ -71,10 +101,14 @@ def _last_final_line(text: str) -> tuple[int, str] | None:
 
 
 def _last_boxed(text: str) -> tuple[int, str] | None:
+    end = len(text)
     for m in reversed(list(_BOXED.finditer(text))):
-        content = _balanced(text, m.end())
+        content = _balanced(text, m.end(), end)
         if content is not None:
             return m.start(), content
+        # This box never closes, so an earlier box still open where it starts never closes
+        # either: later scans stop here, keeping thousands of unclosed boxes linear, not quadratic.
+        end = m.start()
     return None
 
 

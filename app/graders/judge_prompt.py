@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from app.graders.extract import strip_thinking
+
 SYSTEM_PROMPT = (
     "You grade answers to exam questions about scaling machine-learning models (rooflines, TPUs "
     "and GPUs, sharding and collectives, transformer accounting, training and inference "
@@ -22,13 +24,7 @@ _LABELLED = re.compile(r"(?:verdict|answer|correct)\s*\**\s*[:：]\s*\**\s*(yes|
 def candidate_text(completion: str, max_chars: int) -> str:
     """The part of a completion the judge should see: reasoning blocks dropped, the tail kept
     when it is too long (answers come last)."""
-    text = _THINK.sub(" ", completion)
-    close = text.lower().rfind("</think>")
-    if close != -1:  # templates that open thinking implicitly leave only the closing tag
-        text = text[close + len("</think>") :]
-    elif "<think>" in text.lower():  # thinking never finished: nothing was answered
-        return ""
-    text = text.strip()
+    text = strip_thinking(completion).strip()
     if len(text) > max_chars:
         text = "[...] " + text[-max_chars:]
     return text
