@@ -151,8 +151,13 @@ def _judge(case: Case, run: CaseRun, rtol: float, cpu_limit: float) -> tuple[str
         return "exception", f"raised {name}"[:120]
     if case.raises is not None:
         return "wrong", f"returned a value instead of raising {case.raises}"
-    got = decode(result.get("value"))
-    why = compare(case.expected, got, rtol)
-    if why is None and case.sharding is not None:
-        why = check_sharding(case.sharding, got)
+    try:
+        got = decode(result.get("value"))
+        why = compare(case.expected, got, rtol)
+        if why is None and case.sharding is not None:
+            why = check_sharding(case.sharding, got)
+    except (OverflowError, RecursionError):
+        # The candidate can write its own result frame: an integer beyond float range or absurd
+        # nesting must be a wrong answer, not a grader fault that leaves the item unscored.
+        why = "returned a value too large or too deeply nested to compare"
     return ("passed", "matches") if why is None else ("wrong", why)

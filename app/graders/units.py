@@ -186,6 +186,8 @@ def _power(base: float, exponent: int) -> float:
         return math.pow(base, exponent)
     except OverflowError:
         return math.inf
+    except ValueError:  # 0 to a negative power: a division by zero, not a grader fault
+        return math.inf
 
 
 def _number_value(m: re.Match[str]) -> float:

@@ -133,6 +133,8 @@ ADVERSARIAL = [
     (["2 s"], "Final answer: NaN s", N),
     (["2 s"], "Final answer: -2 s", I),
     (["2 s"], "Final answer: 1e400 s", I),
+    (["2 s"], "Final answer: 0^-1 s", I),  # a division by zero once raised: an unscored error
+    (["2 s"], "Final answer: 0^{-3} s, 2 s", I),
     (["2 GB"], "Final answer: H100 has 2 GB", C),
     (["2 s"], "Final answer: 2 s" + " padding" * 2000, C),
     (["0 s"], "Final answer: 0 s", C),
