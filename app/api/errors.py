@@ -5,6 +5,7 @@ field and the rule only."""
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,12 +23,22 @@ def error_response(status: int, error: str, detail: str, headers: dict[str, str]
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
 
-def _location(loc: tuple[object, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    return ".".join(parts) or "body"
+# A location names fields of our schema, or keys the client invented (an unknown field): those are
+# client text, so anything that is not a short identifier is not repeated back.
+_SAFE_PART = re.compile(r"^(?![A-Za-z_][A-Za-z0-9_]{0,39}$).*", re.DOTALL)
 
 
-def describe_validation_errors(errors: list[dict[str, object]]) -> tuple[int, str, str]:
+def _location(loc: tuple[object, ...], located: bool) -> str:
+    # FastAPI prefixes each location with where it came from; a body we validate ourselves does
+    # not, and there "query" is a field name (OpenRLHF's) that must stay in the message.
+    if located and loc and loc[0] in ("body", "query", "path", "header", "cookie"):
+        loc = loc[1:]
+    return ".".join(_SAFE_PART.sub("?", str(p)) if isinstance(p, str) else str(p) for p in loc) or "body"
+
+
+def describe_validation_errors(errors: list[dict[str, object]], *, located: bool = True) -> tuple[int, str, str]:
+    """(status, error, detail) for pydantic errors; ``located`` when FastAPI prefixed the
+    locations with "body", "query" or "path"."""
     first = errors[0] if errors else {}
     kind = str(first.get("type", ""))
     if kind == "json_invalid":
@@ -37,7 +48,7 @@ def describe_validation_errors(errors: list[dict[str, object]]) -> tuple[int, st
     messages = []
     for e in errors[:5]:
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        messages.append(f"{_location(tuple(e.get('loc', ())))}: {msg}")  # type: ignore[arg-type]
+        messages.append(f"{_location(tuple(e.get('loc', ())), located)}: {msg}")  # type: ignore[arg-type]
     more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
     return 422, "invalid_request", "; ".join(messages)[:500] + more
 
