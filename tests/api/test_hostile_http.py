@@ -174,3 +174,34 @@ def test_fuzzed_requests_never_fail_the_server(served) -> None:
             assert CANARY not in r.text, (path, r.text[:300])
     assert {200, 422} <= seen  # the loop reached both the graders and the validators
     assert "Traceback" not in log.read_text(errors="replace")
+
+
+# ---- secrets in a deployment's configuration ---------------------------------------------------
+
+def test_redis_password_never_reaches_clients_or_the_log() -> None:
+    """Redis configured with a password but down: every answer says so without the URL."""
+    password = "pw-" + os.urandom(8).hex()
+    log = Path(tempfile.mkdtemp(prefix="sg-redis-down-")) / "server.log"
+    port = free_port()
+    env = {**os.environ, "SCALING_GRADER_REDIS_URL": f"redis://grader:{password}@127.0.0.1:{free_port()}/0"}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--log-level", "debug"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_until_up(url, process)
+            with httpx.Client(base_url=url, timeout=30) as client:
+                ready = client.get("/readyz")
+                queued = client.post("/v1/grade", json={"task_id": "impl/kv_cache_bytes", "completion": "x"})
+                job = client.get("/v1/jobs/abc")
+                inline = client.post("/v1/grade", json={"reference": {"values": ["2 s"]}, "request_id": "r1",
+                                                         "completion": "Final answer: 2 s"})
+        finally:
+            stop_process(process)
+    assert ready.status_code == 503 and ready.json()["checks"]["queue"]["ok"] is False
+    assert queued.status_code == 503 and queued.json()["error"] == "queue_unavailable"
+    assert job.status_code == 503
+    assert inline.status_code == 200 and inline.json()["reward"] == 1.0  # inline grading carries on
+    for text in (ready.text, queued.text, job.text, log.read_text(errors="replace")):
+        assert password not in text and "redis://" not in text
