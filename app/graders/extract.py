@@ -16,6 +16,22 @@ _FINAL = re.compile(r"final\s+answer\s*(?:\*\*|__)?\s*[:：]", re.IGNORECASE)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
+# Invisible format characters (zero-width spaces and joiners, soft hyphens, bidi controls, tags)
+# and full-width Latin: "Final\u200banswer:" or "Ｆｉｎａｌ ａｎｓｗｅｒ:" reads as a final-answer
+# line to anyone looking at the completion, so it must count as one; otherwise an earlier, hidden
+# line would be graded instead of the answer a reader sees last.
+_INVISIBLE = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0001\U000e0020-\U000e007f]"
+)
+_FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
+
+
+def as_seen(text: str) -> str:
+    """The text as a reader sees it: invisible characters dropped, full-width Latin folded."""
+    return _INVISIBLE.sub("", text).translate(_FULL_WIDTH)
+
+
 @dataclass(frozen=True, slots=True)
 class Extraction:
     text: str
@@ -113,7 +129,7 @@ def _last_boxed(text: str) -> tuple[int, str] | None:
 
 
 def extract_answer(completion: str) -> Extraction | None:
-    text = strip_non_answers(completion)
+    text = strip_non_answers(as_seen(completion))
     final = _last_final_line(text)
     boxed = _last_boxed(text)
     if final is None and boxed is None:
