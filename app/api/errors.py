@@ -4,8 +4,10 @@ field and the rule only."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,7 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.errors import ApiError
 from app.tasks.book.source import BookSourceError
 
-__all__ = ["ApiError", "describe_validation_errors", "error_response", "install_error_handlers"]
+__all__ = ["ApiError", "describe_validation_errors", "document_error_bodies", "error_response",
+           "install_error_handlers"]
 log = logging.getLogger(__name__)
 
 
@@ -81,3 +84,22 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "the service failed on this request; it was logged")
+
+
+def document_error_bodies(schema: dict[str, Any]) -> None:
+    """Make the OpenAPI say what clients really get on a refusal: FastAPI documents its default
+    422 body (a list of errors echoing the input), but every error here is {error, detail}."""
+    from app.api.schemas import ErrorBody
+
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["ErrorBody"] = ErrorBody.model_json_schema()
+    body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            for status in ("422", "4XX"):
+                if status in responses:
+                    responses[status] = {"description": responses[status].get("description", "refused"), **body}
+    if not any("HTTPValidationError" in json.dumps(o) for o in schema.get("paths", {}).values()):
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)

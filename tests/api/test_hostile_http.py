@@ -205,3 +205,21 @@ def test_redis_password_never_reaches_clients_or_the_log() -> None:
     assert inline.status_code == 200 and inline.json()["reward"] == 1.0  # inline grading carries on
     for text in (ready.text, queued.text, job.text, log.read_text(errors="replace")):
         assert password not in text and "redis://" not in text
+
+
+def test_openapi_documents_the_error_body_clients_get(served) -> None:
+    client, _ = served
+    schema = client.get("/openapi.json").json()
+    assert "HTTPValidationError" not in json.dumps(schema)  # FastAPI's default, never sent
+    error_body = schema["components"]["schemas"]["ErrorBody"]
+    refused = client.get("/v1/tasks", params={"n": -1})
+    assert refused.status_code == 422 and set(error_body["required"]) <= set(refused.json())
+    documented = 0
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            for status in ("422", "4XX"):
+                if status in operation["responses"]:
+                    ref = operation["responses"][status]["content"]["application/json"]["schema"]["$ref"]
+                    assert ref == "#/components/schemas/ErrorBody"
+                    documented += 1
+    assert documented >= 8
