@@ -60,14 +60,6 @@ def _last_close(text: str) -> re.Match[str] | None:
     return closes[-1] if closes else None
 
 
-def after_thinking(completion: str) -> str:
-    """Closed reasoning blocks dropped, and everything before a final orphan ``</think>`` (templates
-    that open thinking implicitly leave only the closing tag)."""
-    text = _drop_closed_blocks(completion)
-    close = _last_close(text)
-    return text[close.end() :] if close is not None else text
-
-
 def strip_thinking(completion: str) -> str:
     """The completion without its reasoning trace; empty if the thinking never finished."""
     text = _drop_closed_blocks(completion)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
-from app.graders.extract import after_thinking
+from app.graders.extract import strip_thinking
 
 _FENCE_OPEN = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
 _PYTHON_LABELS = ("", "python", "py", "python3")
@@ -44,7 +44,7 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
 def extract_code(completion: str, entry: str) -> str | None:
     """The last fenced block (python or unlabelled) that defines entry; failing that, the last
     such block at all, or the whole completion if it is itself code defining entry."""
-    text = after_thinking(completion)
+    text = strip_thinking(completion)  # code in an unfinished thinking trace was never submitted
     blocks = [body for label, body in fenced_blocks(text) if label.lower() in _PYTHON_LABELS]
     for block in reversed(blocks):
         if defines(block, entry):
