@@ -5,6 +5,7 @@ the reward adapters all come through here, so every entry point grades the same 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Sequence
 
@@ -29,9 +30,11 @@ def task_from_reference(request: GradeRequest, settings: Settings) -> Task:
     if reference.values is not None:
         for i, value in enumerate(reference.values):
             try:
-                parse_quantity(value)
+                finite = math.isfinite(parse_quantity(value).value)
             except ValueError:
                 raise ApiError(422, "invalid_reference", f"reference.values[{i}] is not a single quantity") from None
+            if not finite:  # NaN or overflow ("1e400 s"): no answer could ever match it
+                raise ApiError(422, "invalid_reference", f"reference.values[{i}] is not a finite quantity")
         return Task(id="", split="", prompt="", grading="numeric", gold=tuple(reference.values),
                     tolerance=reference.tolerance)
     from app.graders.rows import InvalidRowsReference, reference_task

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.api import coverage, grade, health, jobs, rewards, tasks
 from app.api.auth import TenantMiddleware
-from app.api.errors import install_error_handlers
+from app.api.errors import document_error_bodies, install_error_handlers
 from app.grading import GradingService
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
@@ -51,6 +51,7 @@ def _document_hand_parsed_bodies(app: FastAPI) -> None:
                 paths, schemas = module.openapi_paths()
                 schema.setdefault("paths", {}).update(paths)
                 schema.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
+            document_error_bodies(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 

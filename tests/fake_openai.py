@@ -13,6 +13,7 @@ picks the behaviour, so concurrent tests never disturb one another:
     judge-401                   always 401 (bad key)
     judge-slow                  sleep ``slow_seconds`` before answering yes
     judge-match                 yes iff the candidate response equals the reference answer
+    judge-gullible              like judge-match, but obeys "answer yes" written outside the fence
     judge-redirect              307 to another address (must not be followed)
     anything else               404 model not found
 
@@ -30,7 +31,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _REFERENCE = re.compile(r"Reference answer:\n(.*?)\n\n(?:Source passage|Candidate response)", re.DOTALL)
-_CANDIDATE = re.compile(r"Candidate response:\n<<<\n(.*?)\n>>>", re.DOTALL)
+# The candidate block as a reader that respects the fence sees it: from the opener to the first
+# closing mark of the same tag (an untagged "<<<" fence closes at the first ">>>").
+_CANDIDATE = re.compile(r"Candidate response:\n<<<(?P<tag>[\w-]*)\n(?P<body>.*?)\n(?P=tag)>>>", re.DOTALL)
+_OBEYED = re.compile(r"answer\s+(?:with\s+)?[\"']?yes", re.IGNORECASE)
 
 
 @dataclass
@@ -157,8 +161,17 @@ class FakeOpenAI:
             messages = body.get("messages", [])
             user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
             ref, cand = _REFERENCE.search(user), _CANDIDATE.search(user)
-            same = bool(ref and cand and " ".join(ref.group(1).split()) == " ".join(cand.group(1).split()))
+            same = bool(ref and cand and " ".join(ref.group(1).split()) == " ".join(cand.group("body").split()))
             return 200, _completion(model, "yes" if same else "no"), {}
+        if model == "judge-gullible":
+            # Follows any "answer yes" outside the fenced response (as a model that trusts the
+            # grader's own text would); otherwise judges like judge-match.
+            messages = body.get("messages", [])
+            user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
+            ref, cand = _REFERENCE.search(user), _CANDIDATE.search(user)
+            outside = user[: cand.start("body")] + user[cand.end("body") :] if cand else user
+            same = bool(ref and cand and " ".join(ref.group(1).split()) == " ".join(cand.group("body").split()))
+            return 200, _completion(model, "yes" if _OBEYED.search(outside) or same else "no"), {}
         return 404, _error(f"model {model!r} not found", "model_not_found"), {}
 
 

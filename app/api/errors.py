@@ -4,7 +4,10 @@ field and the rule only."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,7 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.errors import ApiError
 from app.tasks.book.source import BookSourceError
 
-__all__ = ["ApiError", "describe_validation_errors", "error_response", "install_error_handlers"]
+__all__ = ["ApiError", "describe_validation_errors", "document_error_bodies", "error_response",
+           "install_error_handlers"]
 log = logging.getLogger(__name__)
 
 
@@ -22,12 +26,22 @@ def error_response(status: int, error: str, detail: str, headers: dict[str, str]
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
 
-def _location(loc: tuple[object, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    return ".".join(parts) or "body"
+# A location names fields of our schema, or keys the client invented (an unknown field): those are
+# client text, so anything that is not a short identifier is not repeated back.
+_SAFE_PART = re.compile(r"^(?![A-Za-z_][A-Za-z0-9_]{0,39}$).*", re.DOTALL)
 
 
-def describe_validation_errors(errors: list[dict[str, object]]) -> tuple[int, str, str]:
+def _location(loc: tuple[object, ...], located: bool) -> str:
+    # FastAPI prefixes each location with where it came from; a body we validate ourselves does
+    # not, and there "query" is a field name (OpenRLHF's) that must stay in the message.
+    if located and loc and loc[0] in ("body", "query", "path", "header", "cookie"):
+        loc = loc[1:]
+    return ".".join(_SAFE_PART.sub("?", str(p)) if isinstance(p, str) else str(p) for p in loc) or "body"
+
+
+def describe_validation_errors(errors: list[dict[str, object]], *, located: bool = True) -> tuple[int, str, str]:
+    """(status, error, detail) for pydantic errors; ``located`` when FastAPI prefixed the
+    locations with "body", "query" or "path"."""
     first = errors[0] if errors else {}
     kind = str(first.get("type", ""))
     if kind == "json_invalid":
@@ -37,7 +51,7 @@ def describe_validation_errors(errors: list[dict[str, object]]) -> tuple[int, st
     messages = []
     for e in errors[:5]:
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        messages.append(f"{_location(tuple(e.get('loc', ())))}: {msg}")  # type: ignore[arg-type]
+        messages.append(f"{_location(tuple(e.get('loc', ())), located)}: {msg}")  # type: ignore[arg-type]
     more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
     return 422, "invalid_request", "; ".join(messages)[:500] + more
 
@@ -70,3 +84,22 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "the service failed on this request; it was logged")
+
+
+def document_error_bodies(schema: dict[str, Any]) -> None:
+    """Make the OpenAPI say what clients really get on a refusal: FastAPI documents its default
+    422 body (a list of errors echoing the input), but every error here is {error, detail}."""
+    from app.api.schemas import ErrorBody
+
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["ErrorBody"] = ErrorBody.model_json_schema()
+    body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            for status in ("422", "4XX"):
+                if status in responses:
+                    responses[status] = {"description": responses[status].get("description", "refused"), **body}
+    if not any("HTTPValidationError" in json.dumps(o) for o in schema.get("paths", {}).values()):
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)

@@ -30,7 +30,7 @@ async def parse_body(request: Request, model: type[M]) -> M:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        status, error, detail = describe_validation_errors(list(exc.errors(include_input=False)))
+        status, error, detail = describe_validation_errors(list(exc.errors(include_input=False)), located=False)
         raise ApiError(status, error, detail) from None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictStr, model_validator
 
 from app.graders.dispatch import GradeOptions, JudgeSpec
 
@@ -44,7 +44,8 @@ class InlineReference(BaseModel):
     """A label passed without a task id, the way trainers carry ground truth."""
 
     model_config = ConfigDict(extra="forbid")
-    values: list[str | float] | None = Field(
+    # Strict: a JSON true/false is not a quantity (lax float parsing would read it as 1.0/0.0).
+    values: list[StrictStr | StrictFloat] | None = Field(
         None, min_length=1, max_length=32, description='required quantities, e.g. ["3.35 TB/s", "80 GB"]'
     )
     tolerance: float | None = Field(None, gt=0, lt=1)

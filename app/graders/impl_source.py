@@ -9,19 +9,14 @@ from __future__ import annotations
 import ast
 import re
 
-_THINK_CLOSED = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_FENCED = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+from app.graders.extract import strip_thinking
+
+_FENCE_OPEN = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
 _PYTHON_LABELS = ("", "python", "py", "python3")
 DENIED_MODULES = frozenset({
     "socket", "ssl", "subprocess", "multiprocessing", "ctypes", "cffi", "pty", "asyncio",
     "http", "urllib", "requests", "httpx", "ftplib", "smtplib", "telnetlib", "signal", "resource",
 })
-
-
-def _without_thinking(completion: str) -> str:
-    text = _THINK_CLOSED.sub(" ", completion)
-    close = text.lower().rfind("</think>")
-    return text[close + len("</think>"):] if close != -1 else text
 
 
 def defines(source: str, entry: str) -> bool:
@@ -32,11 +27,25 @@ def defines(source: str, entry: str) -> bool:
     return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == entry for n in tree.body)
 
 
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(label, body) of every fenced block; a block runs to the next ``` or the end of the text.
+    An opener needs a newline after it, so the search for one stops at the last newline: from a
+    ``` on the final line it would scan to the end and fail, once per backtick (quadratic)."""
+    blocks = []
+    pos, stop = 0, text.rfind("\n") + 1
+    while (opened := _FENCE_OPEN.search(text, pos, stop)) is not None:
+        close = text.find("```", opened.end())
+        end = len(text) if close == -1 else close
+        blocks.append((opened.group(1), text[opened.end() : end]))
+        pos = len(text) if close == -1 else close + 3
+    return blocks
+
+
 def extract_code(completion: str, entry: str) -> str | None:
     """The last fenced block (python or unlabelled) that defines entry; failing that, the last
     such block at all, or the whole completion if it is itself code defining entry."""
-    text = _without_thinking(completion)
-    blocks = [m.group(2) for m in _FENCED.finditer(text) if m.group(1).lower() in _PYTHON_LABELS]
+    text = strip_thinking(completion)  # code in an unfinished thinking trace was never submitted
+    blocks = [body for label, body in fenced_blocks(text) if label.lower() in _PYTHON_LABELS]
     for block in reversed(blocks):
         if defines(block, entry):
             return block

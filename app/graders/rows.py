@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 MAX_ROWS = 1000  # more rows than any reference has: compare no further
 _MAX_SHOWN = 200  # characters of a candidate's value echoed in the evidence
+_LONGEST_INT_SHOWN = 10**_MAX_SHOWN
 
 
 class InvalidRowsReference(ValueError):
@@ -51,6 +52,8 @@ def _type_name(value: Any) -> str:
 def _shown(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)  # keep the evidence valid JSON
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _LONGEST_INT_SHOWN:
+        return str(value)[:_MAX_SHOWN] + "..."
     if isinstance(value, str | list | dict):
         text = value if isinstance(value, str) else json.dumps(value)
         return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "..."
@@ -75,9 +78,13 @@ def compare_value(gold: Any, got: Any, *, tolerance: float) -> str | None:
         return "infinity never matches"
     if isinstance(gold, int):
         return None if got == gold else "integer must match exactly"
-    if within(float(got), gold, tolerance):
+    try:
+        value = float(got)
+    except OverflowError:  # an integer literal beyond float range: wrong, not a grader fault
+        return "number out of range"
+    if within(value, gold, tolerance):
         return None
-    return f"relative error {relative_error(float(got), gold):.3g} > {tolerance:g}"
+    return f"relative error {relative_error(value, gold):.3g} > {tolerance:g}"
 
 
 def compare_row(gold: Mapping[str, Any], got: Any, *, tolerance: float) -> dict[str, Any]:

@@ -139,6 +139,8 @@ def unit_factor(expression: str) -> tuple[float, str]:
 # ---- LaTeX and typography ------------------------------------------------------------------
 
 _LATEX_WRAPPERS = re.compile(r"\\(?:text|mathrm|textrm|mathbf|textbf|operatorname|mbox|mathit|rm)\s*\{([^{}]*)\}")
+# \phantom{...} takes up space but shows nothing: what it holds is not part of the answer.
+_LATEX_PHANTOM = re.compile(r"\\[hv]?phantom\s*\{[^{}]*\}")
 _LATEX_SIMPLE = [
     (re.compile(r"\\[,;:! ]|\\quad|\\qquad|~"), " "),
     (re.compile(r"\\times"), "×"),
@@ -155,8 +157,8 @@ _LATEX_SIMPLE = [
 def normalise_text(text: str) -> str:
     """LaTeX and typographic variants -> plain text the number and unit scanner reads."""
     if "\\" in text or "$" in text or "~" in text or "{" in text:
-        for _ in range(3):  # nested wrappers such as \text{\mathrm{GB}}
-            new = _LATEX_WRAPPERS.sub(r"\1", text)
+        for _ in range(3):  # nested wrappers such as \text{\mathrm{GB}} or \phantom{\text{2 s}}
+            new = _LATEX_WRAPPERS.sub(r"\1", _LATEX_PHANTOM.sub(" ", text))
             if new == text:
                 break
             text = new
@@ -185,6 +187,8 @@ def _power(base: float, exponent: int) -> float:
     try:
         return math.pow(base, exponent)
     except OverflowError:
+        return math.inf
+    except ValueError:  # 0 to a negative power: a division by zero, not a grader fault
         return math.inf
 
 

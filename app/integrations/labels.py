@@ -36,7 +36,7 @@ def target_from_label(label: Any) -> dict[str, Any]:
             return {"task_id": text}
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting deeper than the stack: not a label either
             raise LabelError("label is neither a task id nor valid JSON") from None
     if isinstance(value, list | tuple):
         return {"reference": {"values": list(value)}}

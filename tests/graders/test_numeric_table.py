@@ -76,6 +76,9 @@ LATEX = [
     (["2.5e-5 s"], "Final answer: 2.5 × 10^-5 s", C),
     (["2.5e-5 s"], "Final answer: 2.5x10^-5 s", C),
     (["1000 GB"], r"Final answer: $1{,}000$ GB", C),
+    (["2 s"], r"\boxed{\phantom{ 2 s} 3 s}", I),  # \phantom shows nothing: the visible answer is 3 s
+    (["3 s"], r"\boxed{\phantom{2 s}3 s}", C),
+    (["2 s"], r"\boxed{\hphantom{\text{2 s}} 3 s}", I),
 ]
 
 BOXED_VS_FINAL = [
@@ -133,6 +136,14 @@ ADVERSARIAL = [
     (["2 s"], "Final answer: NaN s", N),
     (["2 s"], "Final answer: -2 s", I),
     (["2 s"], "Final answer: 1e400 s", I),
+    # look-alike final-answer lines: the last line a reader sees is the one graded
+    (["2 s"], "Final answer: 2 s\nFinal\u200b answer: 3 s", I),
+    (["2 s"], "Final answer: 2 s\nＦｉｎａｌ ａｎｓｗｅｒ： 3 s", I),
+    (["2 s"], "Final answer: 2 s\nFinal\u00ad answer\u2060: 3 s", I),
+    (["2 s"], "Final answer: 3 s\nFinal\u200b answer: 2\u200b s", C),
+    (["2 s"], "Final answer: ２ s", C),
+    (["2 s"], "Final answer: 0^-1 s", I),  # a division by zero once raised: an unscored error
+    (["2 s"], "Final answer: 0^{-3} s, 2 s", I),
     (["2 GB"], "Final answer: H100 has 2 GB", C),
     (["2 s"], "Final answer: 2 s" + " padding" * 2000, C),
     (["0 s"], "Final answer: 0 s", C),

@@ -64,10 +64,19 @@ def test_details_never_reveal_hidden_inputs_or_expected_values() -> None:
     nosy = "def kv_cache_bytes(*args):\n    print(args)\n    raise ValueError(repr(args))\n"
     leaky = grade(task(name), completion(nosy), GradeOptions(), SETTINGS)
     assert {c["verdict"] for c in leaky.details["cases"]} == {"exception"}
-    text = json.dumps(off_by_two.model_dump()) + json.dumps(leaky.model_dump())
+    # ... and names the classes it raises and returns after them (type names reach the parent).
+    named = ("def kv_cache_bytes(*args):\n"
+             "    raise type('E' + '_'.join(str(a) for a in args), (Exception,), {})()\n")
+    by_name = grade(task(name), completion(named), GradeOptions(), SETTINGS)
+    assert {c["verdict"] for c in by_name.details["cases"]} == {"exception"}
+    typed = "def kv_cache_bytes(*args):\n    return type(repr(args), (), {})()\n"
+    by_type = grade(task(name), completion(typed), GradeOptions(), SETTINGS)
+    assert {c["verdict"] for c in by_type.details["cases"]} == {"wrong"}
+    text = "".join(json.dumps(r.model_dump()) for r in (off_by_two, leaky, by_name, by_type))
     for case in BY_NAME[name].hidden_cases():
         assert str(case.expected) not in text
         assert repr(case.args) not in text and str(case.args[1]) not in text
+        assert "_".join(str(a) for a in case.args) not in text
 
 
 def test_no_code_is_no_answer() -> None:

@@ -64,6 +64,8 @@ EXTRACTION = [
     (f"{FENCE}python\ndef f(x):\n    return 1\n{FENCE}\n{FENCE}python\nprint(f(2))\n{FENCE}",
      "def f(x):\n    return 1\n"),
     (f"<think>{FENCE}python\ndef f(x):\n    return 0\n{FENCE}</think>no code", None),
+    (f"<think>plan\n{FENCE}python\ndef f(x):\n    return 0\n{FENCE}", None),  # thinking never finished
+    (f"plan</think>{FENCE}python\ndef f(x):\n    return 5\n{FENCE}", "def f(x):\n    return 5\n"),
     ("def f(x):\n    return 3\n", "def f(x):\n    return 3\n"),
     ("just prose", None),
     (f"{FENCE}\ndef f(x):\n    return 4\n", "def f(x):\n    return 4\n"),  # unclosed, unlabelled

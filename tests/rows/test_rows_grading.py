@@ -108,6 +108,9 @@ TYPES = [
     ("null required", with_change(0, "note", 0), Outcome.incorrect, "wrong type"),
     ("null for a number", with_change(0, "intensity", None), Outcome.incorrect, "wrong type"),
     ("list for a number", with_change(0, "intensity", [0.9995]), Outcome.incorrect, "wrong type"),
+    ("integer beyond float range for a float", with_change(1, "intensity", 10**400), Outcome.incorrect,
+     "out of range"),
+    ("huge integer for an integer", with_change(1, "batch", 1024 * 10**400), Outcome.incorrect, "exactly"),
 ]
 
 

@@ -185,7 +185,8 @@ def read_messages(child: Child, timeout: float) -> bool:
     for line in complete:
         try:
             child.lines.append(json.loads(line))
-        except ValueError:  # the reporter writes only JSON lines; anything else is a fault
+        except (ValueError, RecursionError):  # the reporter writes only JSON lines; a value nested
+            # deeper than this thread's stack allows (forged by the candidate) is garbled too
             child.lines.append({"kind": "garbled"})
     return True
 
