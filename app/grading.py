@@ -9,6 +9,8 @@ import math
 import time
 from collections.abc import Sequence
 
+import anyio
+
 from app.api.schemas import GradeRequest, completion_text
 from app.errors import ApiError, JobPending, QueueUnavailable
 from app.graders import dispatch
@@ -22,6 +24,9 @@ from app.settings import Settings
 from app.tasks.base import INLINE_KINDS, Task, UnknownTask
 from app.tasks.registry import resolve_task
 from app.tenants import LOCAL_TENANT, Tenant
+
+# Inline items of a batch graded per trip to a worker thread.
+INLINE_CHUNK = 64
 
 
 def task_from_reference(request: GradeRequest, settings: Settings) -> Task:
@@ -164,9 +169,34 @@ class GradingService:
     async def grade_many(self, requests: Sequence[GradeRequest],
                          tenant: Tenant = LOCAL_TENANT) -> list[GradeResult | JobPending]:
         """Grade in order; a bad item becomes an unscored invalid_request, not a failed batch;
-        an item still queued when its wait ends is returned as JobPending."""
+        an item still queued when its wait ends is returned as JobPending.
 
+        Inline items are graded in chunks on a worker thread: a batch of thousands graded on
+        the event loop would hold every other request back for seconds."""
         self._refuse_batch_without_judge(requests, tenant)
+        results: list[GradeResult | JobPending | None] = [None] * len(requests)
+        inline: list[tuple[int, Task, str, GradeRequest]] = []
+        others: list[int] = []
+        for i, request in enumerate(requests):
+            if request.request_id is not None:  # idempotent items go through the job store
+                others.append(i)
+                continue
+            try:
+                request = apply_tenant_judge(request, tenant)
+                task, text = self.prepare(request)
+            except ApiError as problem:
+                results[i] = self._refused(request, problem)
+                continue
+            if task.grading in INLINE_KINDS:
+                inline.append((i, task, text, request))
+            else:
+                others.append(i)
+
+        for start in range(0, len(inline), INLINE_CHUNK):
+            chunk = inline[start : start + INLINE_CHUNK]
+            graded = await anyio.to_thread.run_sync(lambda c=chunk: [self.grade_now(t, x, r) for _, t, x, r in c])
+            for (i, *_), result in zip(chunk, graded, strict=True):
+                results[i] = result
 
         async def one(request: GradeRequest) -> GradeResult | JobPending:
             try:
@@ -174,9 +204,15 @@ class GradingService:
             except JobPending as pending:
                 return pending
             except ApiError as problem:
-                if problem.status in (429, 503):
-                    raise  # capacity problems concern the whole batch: the client should back off
-                return GradeResult(task_id=request.task_id, grading="unknown", outcome=Outcome.invalid_request,
-                                   reward=0.0, explanation=problem.detail)
+                return self._refused(request, problem)
 
-        return list(await asyncio.gather(*(one(r) for r in requests)))
+        for i, result in zip(others, await asyncio.gather(*(one(requests[i]) for i in others)), strict=True):
+            results[i] = result
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    def _refused(request: GradeRequest, problem: ApiError) -> GradeResult:
+        if problem.status in (429, 503):
+            raise problem  # capacity problems concern the whole batch: the client should back off
+        return GradeResult(task_id=request.task_id, grading="unknown", outcome=Outcome.invalid_request,
+                           reward=0.0, explanation=problem.detail)
