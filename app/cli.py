@@ -34,8 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pydantic import ValidationError
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ValidationError as exc:  # bad SCALING_GRADER_* settings: say which, never their values
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
+        print(f"invalid settings: {problems}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -118,6 +118,13 @@ class Settings(BaseSettings):
     book_base_url: str = "https://raw.githubusercontent.com/jax-ml/scaling-book"
     book_download_timeout: float = Field(30.0, gt=0)
     judge: JudgeSettings = JudgeSettings()
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return url
 
     def tolerance_for(self, split: str) -> float:
         # The ``tasks`` split is graded as rows; its tolerance lives under that name.

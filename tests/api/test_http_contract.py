@@ -220,3 +220,16 @@ def test_a_split_without_its_source_does_not_hide_the_others(tmp_path) -> None:
         book = httpx.get(url + "/v1/tasks", params={"split": "book"}, timeout=60)
         assert book.status_code == 503 and book.json()["error"] == "book_source_unavailable"
         assert "Traceback" not in book.text
+
+
+def test_a_malformed_redis_url_is_a_clear_error_without_the_password() -> None:
+    import subprocess
+    import sys
+
+    from tests.support.server import ROOT
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "SCALING_GRADER_REDIS_URL": "http//:hunter2@redis-host"}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--port", "1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "redis_url" in done.stderr and "redis://" in done.stderr
+    assert "hunter2" not in done.stderr and "Traceback" not in done.stderr
