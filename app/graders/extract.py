@@ -29,6 +29,8 @@ _FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
 
 def as_seen(text: str) -> str:
     """The text as a reader sees it: invisible characters dropped, full-width Latin folded."""
+    if text.isascii():  # O(1) in CPython, and the common case: nothing to drop or fold
+        return text
     return _INVISIBLE.sub("", text).translate(_FULL_WIDTH)
 
 
