@@ -155,17 +155,6 @@ class GradingService:
             return view.result
         raise JobPending(view.job_id, view.status)
 
-    def _refuse_batch_without_judge(self, requests: Sequence[GradeRequest], tenant: Tenant) -> None:
-        for request in requests:
-            if request.task_id is None:
-                continue
-            try:
-                task = resolve_task(request.task_id, self.settings)
-            except UnknownTask:
-                continue  # reported per item
-            if task.grading == "judge":
-                self.require_judge([task], apply_tenant_judge(request, tenant))
-
     async def grade_many(self, requests: Sequence[GradeRequest],
                          tenant: Tenant = LOCAL_TENANT) -> list[GradeResult | JobPending]:
         """Grade in order; a bad item becomes an unscored invalid_request, not a failed batch;
@@ -173,23 +162,21 @@ class GradingService:
 
         Inline items are graded in chunks on a worker thread: a batch of thousands graded on
         the event loop would hold every other request back for seconds."""
-        self._refuse_batch_without_judge(requests, tenant)
         results: list[GradeResult | JobPending | None] = [None] * len(requests)
         inline: list[tuple[int, Task, str, GradeRequest]] = []
         others: list[int] = []
+        # Every item is checked before any is graded or queued, so a batch holding judge items
+        # without a usable judge is refused whole, up front.
         for i, request in enumerate(requests):
-            if request.request_id is not None:  # idempotent items go through the job store
-                others.append(i)
-                continue
             try:
                 request = apply_tenant_judge(request, tenant)
                 task, text = self.prepare(request)
             except ApiError as problem:
                 results[i] = self._refused(request, problem)
                 continue
-            if task.grading in INLINE_KINDS:
+            if task.grading in INLINE_KINDS and request.request_id is None:
                 inline.append((i, task, text, request))
-            else:
+            else:  # queued kinds, and idempotent items, go through the job store
                 others.append(i)
 
         for start in range(0, len(inline), INLINE_CHUNK):
@@ -212,7 +199,7 @@ class GradingService:
 
     @staticmethod
     def _refused(request: GradeRequest, problem: ApiError) -> GradeResult:
-        if problem.status in (429, 503):
-            raise problem  # capacity problems concern the whole batch: the client should back off
+        if problem.status in (429, 503) or problem.error == "judge_unavailable":
+            raise problem  # these concern the whole batch: back off, or name a judge
         return GradeResult(task_id=request.task_id, grading="unknown", outcome=Outcome.invalid_request,
                            reward=0.0, explanation=problem.detail)

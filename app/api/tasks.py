@@ -8,18 +8,11 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import SettingsDep
 from app.api.errors import ApiError
-from app.tasks.base import UnknownTask
+from app.tasks.base import UnknownTask, parse_chapters
 from app.tasks.book.source import BookSourceError
 from app.tasks.registry import UnknownSplit, get_bank, resolve_task, split_names
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
-
-
-def _chapters(values: list[str] | None) -> list[str] | None:
-    """Accept ?chapters=a,b and ?chapters=a&chapters=b alike."""
-    if not values:
-        return None
-    return [c.strip() for v in values for c in v.split(",") if c.strip()] or None
 
 
 @router.get("/tasks")
@@ -38,7 +31,7 @@ def list_tasks(
         bank = get_bank(split, settings)
     except UnknownSplit:
         raise ApiError(404, "unknown_split", f"unknown split; known: {', '.join(split_names())}") from None
-    tasks = bank.batch(seed=seed, n=n, offset=offset, chapters=_chapters(chapters))
+    tasks = bank.batch(seed=seed, n=n, offset=offset, chapters=parse_chapters(chapters))  # a,b or repeated
     return {"split": split, "seed": seed, "offset": offset, "n": len(tasks), "tasks": [t.public() for t in tasks]}
 
 

@@ -110,19 +110,16 @@ def dataset_card(split: str, description: str, rows: list[dict[str, Any]], data_
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.integrations.tasks import parse_chapters
-    from app.settings import get_settings
-    from app.tasks.registry import UnknownSplit, get_bank
+    from app.commands import bank_or_complain
+    from app.tasks.base import parse_chapters
 
     if args.split in OWN_FORMAT:
         return export_own_format(args)
     if args.n is not None and args.n < 1:
         print("-n must be positive", file=sys.stderr)
         return 2
-    try:
-        bank = get_bank(args.split, get_settings())
-    except UnknownSplit:
-        print(f"unknown split {args.split!r}", file=sys.stderr)
+    bank = bank_or_complain(args.split, "export")
+    if bank is None:
         return 2
     rows = public_rows(args.split, n=args.n, seed=args.seed, chapters=parse_chapters(args.chapters))
     if args.format == "parquet" and importlib.util.find_spec("datasets") is None:

@@ -82,8 +82,8 @@ def run_check(settings: Settings, tasks: list[Task], *, model: str, base_url: st
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.commands import bank_or_complain
     from app.settings import get_settings
-    from app.tasks.registry import UnknownSplit, get_bank
 
     try:
         base_url = normalise_base_url(args.base_url)
@@ -91,10 +91,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"judge-check: {exc}")
         return 2
     settings = get_settings()
-    try:
-        bank = get_bank(args.split, settings)
-    except UnknownSplit:
-        print(f"judge-check: unknown split {args.split!r}")
+    bank = bank_or_complain(args.split, "judge-check")
+    if bank is None:
         return 2
     tasks = [t for t in bank.batch(seed=0, n=bank.size() or 0) if t.grading == "judge"]
     tasks.sort(key=lambda t: t.id)

@@ -27,18 +27,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.settings import get_settings
-    from app.tasks.registry import UnknownSplit, get_bank
+    from app.commands import bank_or_complain
+    from app.tasks.base import parse_chapters
 
     if args.n < 1 or args.seed < 0 or args.offset < 0:
         print("n must be positive; seed and offset non-negative", file=sys.stderr)
         return 2
-    try:
-        bank = get_bank(args.split, get_settings())
-    except UnknownSplit:
-        print(f"unknown split {args.split!r}", file=sys.stderr)
+    bank = bank_or_complain(args.split, "tasks")
+    if bank is None:
         return 2
-    chapters = [c for c in (args.chapters or "").split(",") if c] or None
+    chapters = parse_chapters(args.chapters)
     for task in bank.batch(seed=args.seed, n=args.n, offset=args.offset, chapters=chapters):
         sys.stdout.write(json.dumps(task.public()) + "\n")
     return 0

@@ -3,8 +3,11 @@ given (no local bank needed), else from the local banks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
+
+from app.tasks.base import parse_chapters
+
+__all__ = ["SYSTEM_PROMPT", "parse_chapters", "public_tasks"]
 
 # Asks for the answer line the numeric grader reads (app/graders/extract.py).
 SYSTEM_PROMPT = (
@@ -12,13 +15,6 @@ SYSTEM_PROMPT = (
     "'Final answer: <value with units>' (several values separated by commas, in the order asked), "
     "unless the problem asks for a different answer format."
 )
-
-
-def parse_chapters(chapters: str | Sequence[str] | None) -> list[str] | None:
-    if chapters is None:
-        return None
-    items = chapters.split(",") if isinstance(chapters, str) else list(chapters)
-    return [c.strip() for c in items if c.strip()] or None
 
 
 def public_tasks(split: str, *, chapters: list[str] | None, n: int | None, seed: int,

@@ -17,7 +17,7 @@ from rq.serializers import JSONSerializer
 from app.errors import ApiError, QueueUnavailable
 from app.graders.result import GradeResult, Outcome
 from app.jobs import keys
-from app.jobs.base import ClaimResult, JobView, poll_until
+from app.jobs.base import ClaimResult, JobView, job_id_for, poll_until
 from app.settings import Settings
 
 JOB_FUNCTION = "worker.jobs.grade_job"
@@ -44,8 +44,6 @@ class RedisJobs:
         return self._queues[kind]
 
     async def claim(self, tenant: str, request_id: str | None, digest: str) -> ClaimResult:
-        from app.jobs.base import job_id_for
-
         job_id = job_id_for(tenant, request_id)
         ttl = self.settings.queue.result_ttl
         try:

@@ -13,6 +13,15 @@ GradingKind = Literal["numeric", "judge", "impl", "rows"]
 INLINE_KINDS: frozenset[str] = frozenset({"numeric", "rows"})
 
 
+def parse_chapters(chapters: str | Sequence[str] | None) -> list[str] | None:
+    """A chapter filter from "a,b", ["a", "b"] or ["a,b", "c"] (a repeated query parameter);
+    None when it names no chapter."""
+    if not chapters:
+        return None
+    items = [chapters] if isinstance(chapters, str) else chapters
+    return [c.strip() for item in items for c in item.split(",") if c.strip()] or None
+
+
 class UnknownTask(LookupError):
     """The id names no task (unknown split, malformed id, or out of range)."""
 

@@ -93,7 +93,8 @@ def test_cli_rejects_an_unknown_split(book_env, capsys):
     args = parser_for(judge_check).parse_args(
         ["judge-check", "--model", "m", "--base-url", "http://127.0.0.1:1/v1", "--split", "nope"])
     assert args.func(args) == 2
-    assert capsys.readouterr().out == "judge-check: unknown split 'nope'\n"
+    err = capsys.readouterr().err
+    assert err.startswith("judge-check: unknown split 'nope'; known: ") and "exam" in err
 
 
 def test_exam_summary_command(capsys):
