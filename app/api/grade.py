@@ -1,6 +1,6 @@
 """Grading endpoints: the hot path of an RL run.
 
-They are plain Starlette routes inside this router: FastAPI's per-request parameter machinery
+They are plain Starlette routes (see app/api/plain.py): FastAPI's per-request parameter machinery
 cost more than grading a numeric answer (measured: about a third of each request), so the body
 is validated by pydantic straight from the raw bytes and the result serialised by pydantic
 directly. OpenAPI still documents both (see ``openapi_paths``)."""
@@ -8,32 +8,20 @@ directly. OpenAPI still documents both (see ``openapi_paths``)."""
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ValidationError
-from starlette.routing import Match, Route
+from pydantic import BaseModel
 
 from app.api.auth import tenant_of
-from app.api.errors import ApiError, describe_validation_errors
+from app.api.errors import ApiError
+from app.api.plain import NamedRoute, OperationDocs, parse_body
 from app.api.schemas import GradeBatchRequest, GradeRequest
 from app.errors import JobPending
 from app.graders.result import GradeResult
 
 PREFIX = "/v1"
-M = TypeVar("M", bound=BaseModel)
-
-
-async def parse_body(request: Request, model: type[M]) -> M:
-    raw = await request.body()
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        status, error, detail = describe_validation_errors(list(exc.errors(include_input=False)), located=False)
-        raise ApiError(status, error, detail) from None
-
-
 def _json(payload: str) -> Response:
     return Response(content=payload, media_type="application/json")
 
@@ -61,17 +49,6 @@ async def grade_batch(request: Request) -> Response:
     return _json('{"results":[' + ",".join(parts) + "]}")
 
 
-class NamedRoute(Route):
-    """A plain route that puts itself in the scope, as FastAPI's routes do: the metrics label a
-    request by ``scope["route"].path``, and without it these requests counted as unmatched."""
-
-    def matches(self, scope: dict[str, Any]) -> tuple[Match, dict[str, Any]]:
-        match, child_scope = super().matches(scope)
-        if match is not Match.NONE:
-            child_scope["route"] = self
-        return match, child_scope
-
-
 # Added to the application's own router (see main.py), ahead of the included routers: a route
 # inside an included router costs an extra dispatch step per request.
 ROUTES = [
@@ -86,27 +63,10 @@ class GradeBatchResponse(BaseModel):
 
 def openapi_paths() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) documenting the two routes above."""
-    schemas: dict[str, Any] = {}
-
-    def ref(model: type[BaseModel]) -> dict[str, str]:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(schema.pop("$defs", {}))
-        schemas[model.__name__] = schema
-        return {"$ref": f"#/components/schemas/{model.__name__}"}
-
-    def operation(summary: str, body: type[BaseModel], response: type[BaseModel]) -> dict[str, Any]:
-        return {"post": {
-            "tags": ["grade"], "summary": summary,
-            "requestBody": {"required": True, "content": {"application/json": {"schema": ref(body)}}},
-            "responses": {
-                "200": {"description": "the verdict", "content": {"application/json": {"schema": ref(response)}}},
-                "202": {"description": "queued work still running after `wait`: {job_id, status, poll}"},
-                "4XX": {"description": "refused: {error, detail}"},
-            },
-        }}
-
-    paths = {
-        f"{PREFIX}/grade": operation("Grade one completion", GradeRequest, GradeResult),
-        f"{PREFIX}/grade/batch": operation("Grade a batch, results in order", GradeBatchRequest, GradeBatchResponse),
-    }
-    return paths, schemas
+    docs = OperationDocs()
+    queued = {"202": {"description": "queued work still running after `wait`: {job_id, status, poll}"}}
+    docs.post(f"{PREFIX}/grade", tag="grade", summary="Grade one completion", body=GradeRequest,
+              response=GradeResult, ok="the verdict", extra=queued)
+    docs.post(f"{PREFIX}/grade/batch", tag="grade", summary="Grade a batch, results in order",
+              body=GradeBatchRequest, response=GradeBatchResponse, ok="the verdicts, in order", extra=queued)
+    return docs.paths, docs.schemas

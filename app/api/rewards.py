@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.auth import tenant_of
 from app.api.errors import ApiError
-from app.api.grade import NamedRoute, parse_body
+from app.api.plain import NamedRoute, OperationDocs, parse_body
 from app.api.schemas import GradeBatchRequest, GradeRequest
 from app.graders.result import GradeResult, Outcome
 from app.integrations.labels import in_order, pending, requests_for, settle
@@ -109,20 +109,9 @@ ROUTES = [
 
 def openapi_paths() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) documenting the routes above, for the app's OpenAPI hook."""
-    schemas: dict[str, Any] = {}
-
-    def ref(model: type[BaseModel]) -> dict[str, Any]:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(schema.pop("$defs", {}))
-        schemas[model.__name__] = schema
-        return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
-
-    def post(summary: str, body: type[BaseModel], response: type[BaseModel]) -> dict[str, Any]:
-        ok = {"description": "rewards in request order", **ref(response)}
-        return {"post": {"tags": ["rewards"], "summary": summary, "requestBody": {"required": True, **ref(body)},
-                         "responses": {"200": ok, "4XX": {"description": "refused: {error, detail}"}}}}
-
-    return {
-        "/v1/rewards": post("Rewards for a batch of completions", GradeBatchRequest, RewardsResponse),
-        "/get_reward": post("OpenRLHF remote reward model", GetRewardRequest, GetRewardResponse),
-    }, schemas
+    docs = OperationDocs()
+    docs.post("/v1/rewards", tag="rewards", summary="Rewards for a batch of completions", body=GradeBatchRequest,
+              response=RewardsResponse, ok="rewards in request order")
+    docs.post("/get_reward", tag="rewards", summary="OpenRLHF remote reward model", body=GetRewardRequest,
+              response=GetRewardResponse, ok="rewards in request order")
+    return docs.paths, docs.schemas
