@@ -36,9 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from pydantic import ValidationError
 
+    from app.settings import UnknownSettingError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except UnknownSettingError as exc:  # names the variables, never their values
+        print(f"invalid settings: {exc}", file=sys.stderr)
+        return 2
     except ValidationError as exc:  # bad SCALING_GRADER_* settings: say which, never their values
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_input=False))
         print(f"invalid settings: {problems}", file=sys.stderr)

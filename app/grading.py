@@ -41,7 +41,7 @@ def task_from_reference(request: GradeRequest, settings: Settings) -> Task:
             if not finite:  # NaN or overflow ("1e400 s"): no answer could ever match it
                 raise ApiError(422, "invalid_reference", f"reference.values[{i}] is not a finite quantity")
         return Task(id="", split="", prompt="", grading="numeric", gold=tuple(reference.values),
-                    tolerance=reference.tolerance)
+                    tolerance=reference.tolerance or settings.tolerances.inline)
     from app.graders.rows import InvalidRowsReference, reference_task
 
     try:

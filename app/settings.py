@@ -1,28 +1,39 @@
 """The one Settings object. Environment variables use the prefix ``SCALING_GRADER_``;
-nested groups use ``__`` (``SCALING_GRADER_LIMITS__MAX_BATCH=256``)."""
+nested groups use ``__`` (``SCALING_GRADER_LIMITS__MAX_GRADES_PER_BATCH=256``).
+
+Settings fail loudly: a misspelt variable (``SCALING_GRADER_LIMITS__MAX_BATCH``) would otherwise be
+ignored and the operator would run with a default they believe they changed."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Tolerances(BaseModel):
     """Default relative tolerance per split; a request may override it."""
 
+    model_config = ConfigDict(extra="forbid")
+
     synthetic: float = Field(0.02, gt=0, lt=1)
     book: float = Field(0.05, gt=0, lt=1)
     exam: float = Field(0.05, gt=0, lt=1)
     rows: float = Field(1e-9, gt=0, lt=1)
+    # Inline numeric references (OpenRLHF labels, verl ground truths) that carry no tolerance.
+    inline: float = Field(0.02, gt=0, lt=1)
 
 
 class Limits(BaseModel):
     """Request-size bounds: large enough for long reasoning traces, small enough that one client
     cannot exhaust the API's memory."""
+
+    model_config = ConfigDict(extra="forbid")
 
     max_completion_chars: int = Field(200_000, gt=0)
     max_request_bytes: int = Field(8 * 1024 * 1024, gt=0)
@@ -34,6 +45,8 @@ class Limits(BaseModel):
 class QueueSettings(BaseModel):
     """Queued grading (judge, impl). Heartbeats and maintenance are seconds, not RQ's minutes, so
     a job held by a worker that died is retried quickly."""
+
+    model_config = ConfigDict(extra="forbid")
 
     default_wait: float = Field(30.0, ge=0, description="seconds a grade request blocks for queued work")
     result_ttl: int = Field(3600, gt=0, description="seconds results and idempotency keys are kept")
@@ -48,6 +61,8 @@ class QueueSettings(BaseModel):
 class JudgeSettings(BaseModel):
     """The judge model endpoint(s) an operator allows. A request may name a model and one of the
     allowed base URLs; it can never supply a key or an address outside the allow-list."""
+
+    model_config = ConfigDict(extra="forbid")
 
     # Exact base URLs (scheme, host, port, path) requests may use; anything else is refused.
     allowed_base_urls: list[str] = Field(default_factory=list)
@@ -67,6 +82,8 @@ class JudgeSettings(BaseModel):
 
 class SandboxSettings(BaseModel):
     """Isolation and limits for impl grading (app/graders/sandbox). Tests shorten the limits."""
+
+    model_config = ConfigDict(extra="forbid")
 
     # "auto" probes bubblewrap, then a plain child, and uses the strongest that really runs.
     tier: Literal["auto", "bubblewrap", "plain"] = "auto"
@@ -96,9 +113,18 @@ class SandboxSettings(BaseModel):
     ast_guard: bool = True  # reject submissions importing obviously forbidden modules
 
 
+ENV_PREFIX = "SCALING_GRADER_"
+# Read by the client and the trainer adapters, not by the service; allowed beside its settings.
+CLIENT_VARIABLES = frozenset({"SCALING_GRADER_URL", "SCALING_GRADER_API_KEY"})
+
+
+class UnknownSettingError(ValueError):
+    """A ``SCALING_GRADER_*`` variable names no setting."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="SCALING_GRADER_", env_nested_delimiter="__", extra="ignore"
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid"
     )
 
     host: str = "127.0.0.1"
@@ -127,11 +153,42 @@ class Settings(BaseSettings):
         return url
 
     def tolerance_for(self, split: str) -> float:
+        """The split's default tolerance. An unknown split is an error, never a silent default."""
         # The ``tasks`` split is graded as rows; its tolerance lives under that name.
         name = "rows" if split == "tasks" else split
-        return getattr(self.tolerances, name, self.tolerances.synthetic)
+        if name not in Tolerances.model_fields:
+            raise KeyError(f"no tolerance is configured for split {split!r}")
+        return float(getattr(self.tolerances, name))
+
+
+def _variable_names(model: type[BaseModel], prefix: str) -> set[str]:
+    names: set[str] = set()
+    for field_name, field in model.model_fields.items():
+        name = prefix + field_name.upper()
+        names.add(name)
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names |= _variable_names(annotation, name + "__")
+    return names
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """``SCALING_GRADER_*`` variables in ``environ`` that name no setting (sorted)."""
+    known = _variable_names(Settings, ENV_PREFIX) | CLIENT_VARIABLES
+    return sorted(k for k in environ if k.upper().startswith(ENV_PREFIX) and k.upper() not in known)
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse to start with a misspelt or unknown variable, naming it (never its value)."""
+    unknown = unknown_variables(os.environ if environ is None else environ)
+    if unknown:
+        raise UnknownSettingError(
+            "unknown setting(s): " + ", ".join(unknown) + "; see docs/configuration.md for the names"
+        )
 
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
+    """The process's settings, from the environment; unknown variables are an error."""
+    check_environment()
     return Settings()

@@ -46,7 +46,7 @@ def targets() -> Iterator[Targets]:
     os.chmod(unix_path, 0o777)
     unix.listen(16)
     canary = "canary-" + os.urandom(8).hex()
-    os.environ["SCALING_GRADER_TEST_CANARY"] = canary
+    os.environ["GRADER_TEST_CANARY"] = canary
     yield Targets(
         service_pid=os.getpid(),
         secret_file=secret,
@@ -58,7 +58,7 @@ def targets() -> Iterator[Targets]:
     )
     tcp.close()
     unix.close()
-    os.environ.pop("SCALING_GRADER_TEST_CANARY", None)
+    os.environ.pop("GRADER_TEST_CANARY", None)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
