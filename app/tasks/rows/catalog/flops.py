@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.tasks.rows.solutions import flops as sol
 from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
@@ -15,25 +17,35 @@ def _layer_text(p: dict) -> str:
     )
 
 
-_p7 = {"B": 16384, "D": 8192, "F": 28672}
-_p8 = {
+_p7: dict[str, Any] = {"B": 16384, "D": 8192, "F": 28672}
+_p8: dict[str, Any] = {
     "chips": 16384,
     "peak": 9.89e14,
     "mfu": 0.4,
     "models": [("8B", 8.03e9, 1.5e13), ("70B", 7.06e10, 1.5e13), ("405B", 4.059e11, 1.56e13)],
 }
-_p9 = {k: _LLAMA70[k] for k in ("D", "N", "K", "H", "F")}
+_p9: dict[str, Any] = {k: _LLAMA70[k] for k in ("D", "N", "K", "H", "F")}
 _p10 = dict(_LLAMA70)
-_p11 = {"D": 5376, "N": 42, "K": 42, "H": 128, "F": 21504, "contexts": [2048, 8192, 32768, 43008]}
-_p12 = {
+_p11: dict[str, Any] = {"D": 5376, "N": 42, "K": 42, "H": 128, "F": 21504, "contexts": [2048, 8192, 32768, 43008]}
+_p12: dict[str, Any] = {
     "models": [
         ("A", 4096, 32, 8, 128, 14336),
         ("B", 8192, 64, 8, 128, 28672),
         ("C", 5376, 42, 42, 128, 21504),
     ]
 }
-_p13 = {"L": 32, "D": 4096, "N": 32, "K": 8, "H": 128, "F": 14336, "V": 128000, "experts": 8, "top_k": 2}
-_p14 = dict(
+_p13: dict[str, Any] = {
+    "L": 32,
+    "D": 4096,
+    "N": 32,
+    "K": 8,
+    "H": 128,
+    "F": 14336,
+    "V": 128000,
+    "experts": 8,
+    "top_k": 2,
+}
+_p14: dict[str, Any] = dict(
     {k: _LLAMA70[k] for k in ("L", "D", "N", "K", "H", "F")},
     P=7.06e10,
     T=1.5e13,

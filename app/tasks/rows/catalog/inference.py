@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.tasks.rows.solutions import inference as sol
 from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
-_p28 = {"bw": 1.6e12, "models": [("8B", 8e9), ("70B", 7e10), ("405B", 4.05e11)]}
-_p29 = {
+_p28: dict[str, Any] = {"bw": 1.6e12, "models": [("8B", 8e9), ("70B", 7e10), ("405B", 4.05e11)]}
+_p29: dict[str, Any] = {
     "P": 8e9,
     "L": 32,
     "K": 8,
@@ -16,10 +18,10 @@ _p29 = {
     "hbm": 3.35e12,
     "batches": [1, 16, 64, 256],
 }
-_p30 = {"peak": 9.18e14, "hbm": 1.64e12, "weights": ["bf16", "int8", "int4"]}
-_p31 = {"P": 7e10, "chips": 8, "peak": 9.18e14, "hbm": 1.64e12, "prompts": [64, 512, 4096]}
-_p32 = {"P": 7e10, "hbm_gib": 16, "bw": 8.2e11, "chips": [4, 8, 16, 32]}
-_p33 = {
+_p30: dict[str, Any] = {"peak": 9.18e14, "hbm": 1.64e12, "weights": ["bf16", "int8", "int4"]}
+_p31: dict[str, Any] = {"P": 7e10, "chips": 8, "peak": 9.18e14, "hbm": 1.64e12, "prompts": [64, 512, 4096]}
+_p32: dict[str, Any] = {"P": 7e10, "hbm_gib": 16, "bw": 8.2e11, "chips": [4, 8, 16, 32]}
+_p33: dict[str, Any] = {
     "P": 7e10,
     "chips": 16,
     "peak": 1.97e14,
@@ -31,7 +33,7 @@ _p33 = {
     "usd_per_chip_hour": 1.2,
     "batches": [1, 64, 512],
 }
-_p34 = {
+_p34: dict[str, Any] = {
     "P": 7e10,
     "L": 80,
     "N": 64,

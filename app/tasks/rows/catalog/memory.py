@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.tasks.rows.solutions import memory as sol
 from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
-_p15 = {"P": 7e10}
-_p16 = {"hbm_gib": 96, "models": [("7B", 7e9), ("70B", 7e10), ("405B", 4.05e11)]}
-_p17 = {
+_p15: dict[str, Any] = {"P": 7e10}
+_p16: dict[str, Any] = {"hbm_gib": 96, "models": [("7B", 7e9), ("70B", 7e10), ("405B", 4.05e11)]}
+_p17: dict[str, Any] = {
     "P": 7e10,
     "hbm_gib": 96,
     "cases": [("zero1", 16), ("zero1", 64), ("zero2", 16), ("zero2", 64), ("fsdp", 16), ("fsdp", 64)],
 }
-_p18 = {"L": 80, "H": 128, "S": 8192, "batch": 16, "variants": [("MHA", 64), ("GQA", 8), ("MQA", 1)]}
-_p19 = {"L": 80, "D": 8192, "hbm_gib": 96, "tokens": [4096, 16384, 65536]}
-_p20 = {"P": 7e10, "chips": 16, "hbm_gib": 16, "L": 80, "K": 8, "H": 128, "contexts": [2048, 8192, 32768]}
+_p18: dict[str, Any] = {"L": 80, "H": 128, "S": 8192, "batch": 16, "variants": [("MHA", 64), ("GQA", 8), ("MQA", 1)]}
+_p19: dict[str, Any] = {"L": 80, "D": 8192, "hbm_gib": 96, "tokens": [4096, 16384, 65536]}
+_p20: dict[str, Any] = {
+    "P": 7e10,
+    "chips": 16,
+    "hbm_gib": 16,
+    "L": 80,
+    "K": 8,
+    "H": 128,
+    "contexts": [2048, 8192, 32768],
+}
 
 SPECS = [
     TaskSpec(

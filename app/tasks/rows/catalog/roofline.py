@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.tasks.rows.solutions import roofline as sol
 from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
-_p0 = {"D": 4096, "F": 4096, "batches": [1, 64, 256, 1024, 8192], "peak": 1.97e14, "hbm": 8.2e11}
-_p1 = {
+_p0: dict[str, Any] = {"D": 4096, "F": 4096, "batches": [1, 64, 256, 1024, 8192], "peak": 1.97e14, "hbm": 8.2e11}
+_p1: dict[str, Any] = {
     "D": 8192,
     "F": 8192,
     "chips": [("A", 1.97e14, 8.2e11), ("B", 4.59e14, 2.765e12), ("C", 9.89e14, 3.35e12)],
 }
-_p2 = {
+_p2: dict[str, Any] = {
     "peak": 4.59e14,
     "hbm": 2.765e12,
     "ops": [("square", 8192, 8192, 8192), ("skinny", 16, 8192, 8192), ("thin", 4096, 128, 4096)],
 }
-_p3 = {"B": 4096, "D": 8192, "peak": 9.89e14, "hbm": 3.35e12, "order": ["add", "relu", "matvec", "matmul"]}
-_p4 = {
+_p3: dict[str, Any] = {
+    "B": 4096,
+    "D": 8192,
+    "peak": 9.89e14,
+    "hbm": 3.35e12,
+    "order": ["add", "relu", "matvec", "matmul"],
+}
+_p4: dict[str, Any] = {
     "D": 8192,
     "F": 8192,
     "B": 128,
@@ -30,8 +38,8 @@ _p4 = {
         ("int8", "int8", "int8", "peak_int8"),
     ],
 }
-_p5 = {"B": 2048, "peak": 4.59e14, "link": 4.5e10, "widths": [4096, 8192, 16384]}
-_p6 = {"D": 8192, "F": 28672, "batches": [16, 128, 512, 2048], "peak": 9.89e14, "hbm": 3.35e12}
+_p5: dict[str, Any] = {"B": 2048, "peak": 4.59e14, "link": 4.5e10, "widths": [4096, 8192, 16384]}
+_p6: dict[str, Any] = {"D": 8192, "F": 28672, "batches": [16, 128, 512, 2048], "peak": 9.89e14, "hbm": 3.35e12}
 
 SPECS = [
     TaskSpec(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.tasks.rows.solutions import sharding as sol
 from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
-_p21 = {"rows": 8192, "cols": 28672, "W": 4.5e10, "chips": [2, 4, 16, 64]}
-_p22 = {"rows": 16384, "cols": 8192, "N": 16, "W": 9e10}
-_p23 = {
+_p21: dict[str, Any] = {"rows": 8192, "cols": 28672, "W": 4.5e10, "chips": [2, 4, 16, 64]}
+_p22: dict[str, Any] = {"rows": 16384, "cols": 8192, "N": 16, "W": 9e10}
+_p23: dict[str, Any] = {
     "I": 4096,
     "J": 8192,
     "K": 28672,
@@ -15,10 +17,17 @@ _p23 = {
     "W": 9e10,
     "cases": ["local", "contracting", "gather_lhs", "gather_rhs"],
 }
-_p24 = {"P": 8e9, "tokens_per_chip": 1536, "peak": 9.18e14, "mfu": 0.7, "W": 4.5e10, "chips": [8, 64, 512]}
-_p25 = {"P": 7e10, "N": 256, "W": 9e10, "peak": 4.59e14, "tokens": [512, 2048, 8192]}
-_p26 = {"T": 8192, "D": 8192, "F": 28672, "W": 9e10, "peak": 4.59e14, "degrees": [2, 4, 8, 16, 32]}
-_p27 = {"rows": 32768, "cols": 8192, "X": 4, "Y": 16, "WX": 9e10, "WY": 4.5e10}
+_p24: dict[str, Any] = {
+    "P": 8e9,
+    "tokens_per_chip": 1536,
+    "peak": 9.18e14,
+    "mfu": 0.7,
+    "W": 4.5e10,
+    "chips": [8, 64, 512],
+}
+_p25: dict[str, Any] = {"P": 7e10, "N": 256, "W": 9e10, "peak": 4.59e14, "tokens": [512, 2048, 8192]}
+_p26: dict[str, Any] = {"T": 8192, "D": 8192, "F": 28672, "W": 9e10, "peak": 4.59e14, "degrees": [2, 4, 8, 16, 32]}
+_p27: dict[str, Any] = {"rows": 32768, "cols": 8192, "X": 4, "Y": 16, "WX": 9e10, "WY": 4.5e10}
 
 SPECS = [
     TaskSpec(
