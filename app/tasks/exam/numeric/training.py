@@ -17,11 +17,12 @@ def dp_threshold(axes, peak, w):
 
 @numeric(2, "training.data-parallel", "params", """
     With pure data parallelism every chip keeps the full model: bf16 parameters ({pbytes} bytes
-    each) plus Adam state and master weights costing {obytes} bytes per parameter. With {hbm} bytes
-    of HBM per chip and nothing else stored, what is the largest model that fits?""",
-    pbytes=2, obytes=8, hbm=9.6e10)
-def dp_max_params(pbytes, obytes, hbm):
-    return hbm / (pbytes + obytes)
+    each), Adam's two fp32 moments ({moment} bytes each per parameter) and an fp32 master copy of
+    the weights ({master} bytes per parameter). With {hbm} bytes of HBM per chip and nothing else
+    stored (no gradients, no activations), what is the largest model that fits?""",
+    pbytes=2, moment=4, master=4, hbm=9.6e10)
+def dp_max_params(pbytes, moment, master, hbm):
+    return hbm / (pbytes + 2 * moment + master)
 
 
 @numeric(3, "training.fsdp", "tokens", """
@@ -73,8 +74,11 @@ def dcn_min_batch(pods, peak, dcn):
 
 
 @numeric(8, "training.pipeline-dcn", "%", """
-    A naive pipeline schedule with {stages} stages runs {micro} microbatches per step. What
-    fraction of the stages' time is lost to the pipeline bubble?""",
+    A naive pipeline schedule (forward passes only) has {stages} stages and runs {micro}
+    microbatches per step; every microbatch takes the same time on every stage, and a stage is idle
+    until the first microbatch reaches it and after the last one leaves it. Define the bubble as the
+    fraction of the schedule's total time, from the first stage starting to the last stage
+    finishing, during which a given stage is idle. What is the bubble?""",
     stages=8, micro=24)
 def bubble(stages, micro):
     return fm.pipeline_bubble(stages, micro)
