@@ -282,7 +282,7 @@ def training_memory(d: Draws) -> Generated:
         "Round the chip count up. " + _answer_many("<bytes> bytes", "<n> chips")
     )
     return Generated(prompt, (_q(total, "bytes"), _q(chips, "chips")), "training",
-                     ("training.fsdp", "applied-training.counting"),
+                     ("training.memory", "training.fsdp"),
                      {"params": params, "master_copy": master, "hbm_bytes": chip.hbm_bytes})
 
 

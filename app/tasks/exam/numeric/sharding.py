@@ -53,7 +53,7 @@ def allreduce_seconds(d, f, b, w):
     return fm.allreduce_time(d * f * b, w)
 
 
-@numeric(6, "sharding.allreduce-alltoall", "s", """
+@numeric(6, "sharding.alltoall", "s", """
     An activation of shape [{t}, {d}] with {b}-byte elements is resharded with an AllToAll from
     being sharded on D to being sharded on T, over a bidirectional ring whose links carry {w}
     bytes/s. How long does the AllToAll take?""",
@@ -82,7 +82,7 @@ def case_one_flops(i, j, k, x, y):
     return fm.matmul_flops(i, j, k) / (x * y)
 
 
-@numeric(9, ("sharding.matmul-cases", "sharding.allgather-reducescatter"), "s", """
+@numeric(9, ("sharding.allgather-contracting", "sharding.allgather-reducescatter"), "s", """
     We compute A[I, J_X] . B[J, K] -> C[I, K] where only A is sharded on the contracting dimension:
     A is first AllGathered over the axis X and then multiplied locally. A has I = {i} rows and
     J = {j} columns with {b}-byte elements, and the ring links carry {w} bytes/s bidirectionally.

@@ -15,7 +15,7 @@ def dp_threshold(axes, peak, w):
     return fm.dp_min_batch_per_chip(peak, w, axes)
 
 
-@numeric(2, "training.data-parallel", "params", """
+@numeric(2, ("training.data-parallel", "training.memory"), "params", """
     With pure data parallelism every chip keeps the full model: bf16 parameters ({pbytes} bytes
     each), Adam's two fp32 moments ({moment} bytes each per parameter) and an fp32 master copy of
     the weights ({master} bytes per parameter). With {hbm} bytes of HBM per chip and nothing else
@@ -63,7 +63,7 @@ def fsdp_degree(chips, batch, f, mx, my):
     return fm.optimal_fsdp(batch, f, mx, my, chips)
 
 
-@numeric(7, "training.pipeline-dcn", "tokens", """
+@numeric(7, "training.cross-pod", "tokens", """
     {pods} pods are joined over DCN and run pure data parallelism between pods. Each chip computes
     at {peak} FLOPs/s and has {dcn} bytes/s of DCN egress. What is the minimum global batch, in
     tokens, for the cross-pod gradient AllReduce to stay hidden behind compute?""",
