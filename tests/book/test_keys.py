@@ -143,3 +143,10 @@ def test_the_answer_that_follows_a_question_is_not_in_its_prompt(bank) -> None:
     task = bank.get("book/applied-training/q1")
     assert "70.4e9" not in task.prompt and "56.3e9" not in task.prompt
     assert "70.4e9" in task.hidden["reference"]
+
+
+def test_only_self_contained_items_go_without_stated_assumptions() -> None:
+    """Every numeric item whose key rests on data or a convention the question leaves open says
+    so in its prompt; the few without an Assumptions section state everything themselves."""
+    bare = {k for k in NUMERIC if not ANNOTATIONS[k].assume}
+    assert bare <= {"sharding.q1", "sharding.q2", "sharding.q4", "gpus.q2", "gpus.q9"}, bare
