@@ -150,3 +150,15 @@ def test_only_self_contained_items_go_without_stated_assumptions() -> None:
     so in its prompt; the few without an Assumptions section state everything themselves."""
     bare = {k for k in NUMERIC if not ANNOTATIONS[k].assume}
     assert bare <= {"sharding.q1", "sharding.q2", "sharding.q4", "gpus.q2", "gpus.q9"}, bare
+
+
+def test_the_cache_key_changes_when_the_key_code_changes(monkeypatch, tmp_path) -> None:
+    """A bank cached before a solution changed must not be served after it."""
+    from app.tasks.book import bank as book_bank
+    from app.tasks.book import keys
+
+    before = book_bank.cache_key()
+    edited = tmp_path / "solutions.py"
+    edited.write_text(keys._KEY_CODE[1].read_text() + "\n# changed\n")
+    monkeypatch.setattr(keys, "_KEY_CODE", (*keys._KEY_CODE[:1], edited, *keys._KEY_CODE[2:]))
+    assert book_bank.cache_key() != before

@@ -18,7 +18,7 @@ from app.tasks.book import source
 from app.tasks.book.annotations import Annotation, AnnotationError, annotations_digest, load_annotations
 from app.tasks.book.cache import BankCache, DiskBankCache, LayeredBankCache, RedisBankCache
 from app.tasks.book.hardware_tables import ChipRecord, chip_records, chips_named, table_headers
-from app.tasks.book.keys import book_keys
+from app.tasks.book.keys import book_keys, keys_digest
 from app.tasks.book.markdown import to_markdown
 from app.tasks.book.parser import DETAILS_OPEN, PARSER_VERSION, ParsedQuestion, Span, is_fence, parse_chapter
 from app.tasks.coverage import item_ids, key_content
@@ -66,7 +66,7 @@ def task_id(chapter: str, index: int) -> str:
 
 def cache_key() -> str:
     h = hashlib.sha256()
-    for part in (source.source_fingerprint(), PARSER_VERSION, annotations_digest()):
+    for part in (source.source_fingerprint(), PARSER_VERSION, annotations_digest(), keys_digest()):
         h.update(part.encode())
         h.update(b"\0")
     return f"book-{h.hexdigest()[:32]}"

@@ -4,13 +4,31 @@ they lie outside the split tolerance of the computed ones."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from app.graders.units import parse_quantity
 from app.settings import Tolerances
 from app.tasks.book.annotations import Annotation, AnnotationError
 from app.tasks.book.solutions import solve
+
+# The code that computes the keys: part of the bank's cache key, so that a changed solution,
+# formula or hardware figure is never served from a bank cached before the change.
+_KEY_CODE = tuple(
+    Path(__file__).parents[1] / name
+    for name in ("book/keys.py", "book/solutions.py", "formulas.py", "hardware.py")
+)
+
+
+def keys_digest() -> str:
+    h = hashlib.sha256()
+    for path in _KEY_CODE:
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
 
 # Keys are fixed when the bank is built, against the book split's default tolerance.
 KEY_TOLERANCE = Tolerances().book
