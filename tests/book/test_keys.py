@@ -162,3 +162,20 @@ def test_the_cache_key_changes_when_the_key_code_changes(monkeypatch, tmp_path) 
     edited.write_text(keys._KEY_CODE[1].read_text() + "\n# changed\n")
     monkeypatch.setattr(keys, "_KEY_CODE", (*keys._KEY_CODE[:1], edited, *keys._KEY_CODE[2:]))
     assert book_bank.cache_key() != before
+
+
+@pytest.mark.parametrize("key", NUMERIC)
+def test_computed_key_against_the_figure_printed_in_the_verified_mirror(chapters, key: str) -> None:
+    """Straight from the source: each printed figure (found in the mirror's answer text) is
+    within tolerance of the computed value, unless the item says why not and accepts both."""
+    from app.graders.units import find_quantities
+    from tests.book.test_annotations import _answer_text
+
+    answer = _answer_text(chapters, key)
+    ann = ANNOTATIONS[key]
+    for value, v in zip(solve(key), ann.values, strict=True):
+        assert v.figure in answer, (key, v.figure)
+        if v.derived:
+            continue
+        near = any(abs(q.value - value) <= KEY_TOLERANCE * abs(value) for q in find_quantities(v.figure))
+        assert near or ann.differs, (key, v.figure, value)
