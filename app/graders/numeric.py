@@ -105,5 +105,7 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
             break
         other = grade_numeric(alternative, completion, tolerance=tolerance)
         if other.outcome is Outcome.correct:
+            other.explanation += " (against the source's printed figures, also accepted for this task)"
+            other.details["accepted_key"] = "printed"
             result = other
     return result

@@ -131,6 +131,15 @@ PROMPT_STATES = {
 }
 
 
+def test_a_verdict_on_the_printed_figure_says_so(bank) -> None:
+    exact = grade(bank.get("book/tpus/q6"), "Final answer: 179 ms", GradeOptions(), Settings())
+    printed = grade(bank.get("book/tpus/q6"), "Final answer: 167 ms", GradeOptions(), Settings())
+    assert exact.reward == printed.reward == 1.0
+    assert "accepted_key" not in exact.details and exact.values[0].expected == "179 ms"
+    assert printed.details["accepted_key"] == "printed" and printed.values[0].expected == "167 ms"
+    assert "printed figures" in printed.explanation
+
+
 @pytest.mark.parametrize("task_id", PROMPT_STATES)
 def test_prompt_states_what_its_key_assumes(bank, task_id: str) -> None:
     prompt = bank.get(task_id).prompt
