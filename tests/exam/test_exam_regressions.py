@@ -85,3 +85,12 @@ def test_no_judge_locator_ends_at_a_lead_in(exam_settings) -> None:
     for chapter, q in concept_questions():
         passage = resolve_locator(exam_settings, q.locator).rstrip()
         assert not passage.endswith(":"), f"{chapter}/{q.nnn} stops at a lead-in"
+
+
+def test_splits_doc_states_the_exam_size(exam_tasks) -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "splits.md").read_text(encoding="utf-8")
+    numeric = sum(t.grading == "numeric" for t in exam_tasks)
+    judge = sum(t.grading == "judge" for t in exam_tasks)
+    assert f"| {len(exam_tasks)} ({numeric} numeric, {judge} judge;" in doc

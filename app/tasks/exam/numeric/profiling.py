@@ -64,3 +64,15 @@ def dot_slowdown(b, d, f, t, peak):
     layers=4, b=2, tokens=65536, d=5120, n=40)
 def saved_activations(layers, b, tokens, d, n):
     return layers * b * tokens * d * n
+
+
+@numeric(8, ("profiling.hlo", "profiling.memory"), ("B", "devices"), """
+    In an HLO dump, a reduce-scatter's operand type reads bf16[{a},{b},{c}] and it scatters the
+    last dimension; its replica groups list {groups} groups of {size} device ids each. Each bf16
+    element takes {nbytes} bytes. How many bytes does the result occupy on one device, and over how
+    many devices does the whole program run?""",
+    a=32, b=32, c=8192, groups=4, size=2, nbytes=2)
+def hlo_result_bytes(a, b, c, groups, size, nbytes):
+    # Each device keeps 1 / size of the scattered dimension; the groups partition the devices.
+    return a * b * (c / size) * nbytes, groups * size
+

@@ -90,3 +90,23 @@ def bubble(stages, micro):
     params=3e10, batch=4194304, chips=2048, peak=4.59e14, mfu=0.5)
 def step_time(params, batch, chips, peak, mfu):
     return fm.training_time(params, batch, chips, peak, mfu)
+
+
+@numeric(10, "training.pipeline-dcn", "", """
+    A naive pipeline schedule has {stages} stages; its bubble is the idle fraction
+    (S - 1) / (M + S - 1) of the schedule for M microbatches. How many microbatches bring the bubble
+    down to {target} (a fraction)?""",
+    stages=16, target=0.1)
+def microbatches_for_bubble(stages, target):
+    # (S - 1) / (M + S - 1) = t  <=>  M = (S - 1) (1 - t) / t
+    return (stages - 1) * (1 - target) / target
+
+
+@numeric(11, "training.cross-pod", "", """
+    Pods train with pure data parallelism over DCN. The cross-pod gradient AllReduce stays hidden
+    behind compute while each pod's share of the global batch exceeds C / W_dcn tokens, where each
+    chip computes at C = {peak} FLOPs/s and has W_dcn = {dcn} bytes/s of DCN egress. With a global
+    batch of {batch} tokens, how many pods can join at most?""",
+    peak=4.59e14, dcn=6.25e9, batch=4194304)
+def max_pods(peak, dcn, batch):
+    return batch / (peak / dcn)
