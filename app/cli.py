@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "app.commands.exam",
     "app.commands.eval",
     "app.commands.impl",
+    "app.commands.audit",
 ]
 
 

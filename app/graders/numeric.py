@@ -97,4 +97,15 @@ def grade_numeric(gold: Sequence[str | float], completion: str, *, tolerance: fl
 
 def grade_task(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:
     tolerance = options.tolerance or task.tolerance or settings.tolerance_for(task.split)
-    return grade_numeric(task.gold, completion, tolerance=tolerance)
+    result = grade_numeric(task.gold, completion, tolerance=tolerance)
+    # A task may accept more than one key (the book's printed figure beside the computed one),
+    # each at the same tolerance: the reward is earned if any of them matches in full.
+    for alternative in task.hidden.get("alternatives") or ():
+        if result.outcome is Outcome.correct:
+            break
+        other = grade_numeric(alternative, completion, tolerance=tolerance)
+        if other.outcome is Outcome.correct:
+            other.explanation += " (against the source's printed figures, also accepted for this task)"
+            other.details["accepted_key"] = "printed"
+            result = other
+    return result

@@ -67,6 +67,9 @@ _BASES: dict[str, str] = {
     **{w: "week" for w in ("week", "weeks")},
     "%": "percent",
     "percent": "percent",
+    # Queries per second: a count rate, the same dimension as "queries/s" and "tokens/s".
+    "QPS": "count / second",
+    "qps": "count / second",
     **{w: "count" for w in _COUNT_WORDS},
 }
 # Which bases take which short prefixes: sub-second prefixes for time, large and binary ones for

@@ -92,6 +92,8 @@ def _tasks_of(bank: Any) -> tuple[list[Task], str]:
         tasks = bank.tasks()
         return tasks, f"all {len(tasks)} tasks"
     families = bank.info().get("families") or []
+    if families and hasattr(bank, "one_per_family"):
+        return bank.one_per_family(), f"one generated task per family ({len(families)} families)"
     n = len(families) or UNLIMITED_SAMPLE
     tasks = bank.batch(seed=0, n=n)
     if families:

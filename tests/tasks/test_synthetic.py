@@ -165,3 +165,48 @@ def test_public_view_hides_gold() -> None:
     view = json.dumps(generate(4, 4).public())
     for g in generate(4, 4).gold:
         assert g.split(" ")[0] not in view
+
+
+# ---- interleave: every window of eight spans the kinds of work ---------------------------------
+
+KIND = {  # written out here, independently of the bank's slots
+    "matmul_cost": "roofline", "arithmetic_intensity": "roofline", "critical_batch": "roofline",
+    "roofline_time": "roofline", "kv_cache": "kv-cache", "param_count": "transformer",
+    "training_flops": "transformer", "inference_flops": "transformer", "collective_time": "collective",
+    "fsdp_vs_tp": "fsdp-tp", "decode_step_time": "inference", "training_memory": "training",
+}
+REQUIRED_KINDS = {"roofline", "kv-cache", "transformer", "collective", "fsdp-tp"}
+
+
+def test_every_family_has_a_kind() -> None:
+    assert set(KIND) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 7, 11, 12345, 10**17])
+def test_every_window_of_eight_spans_roofline_kv_transformer_collective_and_fsdp_tp(seed: int) -> None:
+    tasks = BANK.batch(seed=seed, n=40)
+    for start in range(len(tasks) - 7):
+        kinds = {KIND[t.meta["family"]] for t in tasks[start : start + 8]}
+        assert kinds >= REQUIRED_KINDS, (seed, start, kinds)
+
+
+def test_first_eight_of_seed_zero_hold_a_collective_and_an_fsdp_tp_task() -> None:
+    families = [t.meta["family"] for t in BANK.batch(seed=0, n=8)]
+    assert "collective_time" in families and "fsdp_vs_tp" in families
+    assert [t.id for t in BANK.batch(seed=0, n=8)] == [f"synthetic/0/{i}" for i in range(8)]
+
+
+def test_every_family_still_appears_and_one_per_family_finds_them_all() -> None:
+    seen = {t.meta["family"] for t in BANK.batch(seed=5, n=48)}
+    assert seen == set(FAMILIES)
+    sample = BANK.one_per_family()
+    assert sorted(t.meta["family"] for t in sample) == sorted(FAMILIES)
+
+
+def test_fsdp_vs_tp_states_the_formula_its_key_uses() -> None:
+    task = next(t for t in BANK.batch(seed=0, n=64) if t.meta["family"] == "fsdp_vs_tp")
+    assert "T_fsdp = 4·D·F / (Y·W)" in task.prompt and "T_tp = 4·B·D / (X·W)" in task.prompt
+    assert "(N-1)/N" in task.prompt  # says the ring factor is left out, unlike collective_time
+    p = task.meta["params"]
+    stated = [4 * p["D"] * p["F"] / (p["Y"] * p["ici_bidi"]), 4 * p["B"] * p["D"] / (p["X"] * p["ici_bidi"])]
+    assert [parse_quantity(g).value for g in task.gold] == pytest.approx(stated, rel=1e-12)

@@ -32,9 +32,15 @@ class Annotation:
     tags: tuple[str, ...]
     ask: str | None = None
     values: tuple[RequiredValue, ...] = ()
-    tolerance: float | None = None
     note: str | None = None
     reason: str | None = None
+    # What the key assumes that the question leaves open (data, conventions): shown in the prompt.
+    assume: str | None = None
+    # Why the book's printed figures differ from the computed key (both are then accepted).
+    differs: str | None = None
+    # For a question whose answer follows it without an answer block: the literal text where the
+    # answer starts inside the question's span (the question is cut there).
+    answer_starts: str | None = None
 
 
 def annotations_digest() -> str:
@@ -43,6 +49,8 @@ def annotations_digest() -> str:
 
 def _parse(key: str, body: dict) -> Annotation:
     grading = body.get("grading")
+    if "tolerance" in body:  # keys are computed; an item never widens the tolerance around one value
+        raise AnnotationError(f"{key}: per-item tolerances are not allowed")
     if grading not in ("numeric", "judge", "exclude"):
         raise AnnotationError(f"{key}: grading must be numeric, judge or exclude")
     values = tuple(
@@ -55,9 +63,11 @@ def _parse(key: str, body: dict) -> Annotation:
         tags=tuple(body.get("tags", ())),
         ask=body.get("ask"),
         values=values,
-        tolerance=body.get("tolerance"),
         note=body.get("note"),
         reason=body.get("reason"),
+        assume=body.get("assume"),
+        differs=body.get("differs"),
+        answer_starts=body.get("answer_starts"),
     )
     if grading == "numeric":
         if not values or not ann.ask:
@@ -71,8 +81,8 @@ def _parse(key: str, body: dict) -> Annotation:
         raise AnnotationError(f"{key}: only numeric items carry values")
     if grading == "exclude" and not ann.reason:
         raise AnnotationError(f"{key}: an exclusion needs a reason")
-    if ann.tolerance is not None and not 0 < ann.tolerance < 1:
-        raise AnnotationError(f"{key}: tolerance must be in (0, 1)")
+    if grading != "numeric" and (ann.assume or ann.differs):
+        raise AnnotationError(f"{key}: only numeric items carry assume or differs")
     return ann
 
 

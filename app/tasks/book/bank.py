@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from app.tasks.book import source
 from app.tasks.book.annotations import Annotation, AnnotationError, annotations_digest, load_annotations
 from app.tasks.book.cache import BankCache, DiskBankCache, LayeredBankCache, RedisBankCache
 from app.tasks.book.hardware_tables import ChipRecord, chip_records, chips_named, table_headers
+from app.tasks.book.keys import book_keys, keys_digest
 from app.tasks.book.markdown import to_markdown
 from app.tasks.book.parser import DETAILS_OPEN, PARSER_VERSION, ParsedQuestion, Span, is_fence, parse_chapter
 from app.tasks.coverage import item_ids, key_content
@@ -65,7 +66,7 @@ def task_id(chapter: str, index: int) -> str:
 
 def cache_key() -> str:
     h = hashlib.sha256()
-    for part in (source.source_fingerprint(), PARSER_VERSION, annotations_digest()):
+    for part in (source.source_fingerprint(), PARSER_VERSION, annotations_digest(), keys_digest()):
         h.update(part.encode())
         h.update(b"\0")
     return f"book-{h.hexdigest()[:32]}"
@@ -139,8 +140,22 @@ def _prompt(context: str, hardware: str, question: str, ann: Annotation) -> str:
     parts = ["## Context", context]
     if hardware:
         parts += ["## Hardware specs (rows of the book's spec tables)", hardware]
-    parts += ["## Question", question, "## Answer format", _answer_format(ann)]
+    parts += ["## Question", question]
+    if ann.assume:  # what the key takes as given where the question leaves it open
+        parts += ["## Assumptions", ann.assume]
+    parts += ["## Answer format", _answer_format(ann)]
     return "\n\n".join(parts)
+
+
+def _split_answer(key: str, q: ParsedQuestion, text: str, ann: Annotation | None) -> ParsedQuestion:
+    """A question answered by the text that follows it (a table, no answer block): cut the
+    question's span where the annotation says the answer starts."""
+    if q.answer is not None or ann is None or not ann.answer_starts:
+        return q
+    at = text.find(ann.answer_starts, q.question.start, q.question.end)
+    if at <= q.question.start:
+        raise AnnotationError(f"{key}: answer_starts {ann.answer_starts!r} is not inside the question")
+    return replace(q, question=Span(q.question.start, at), answer=Span(at, q.question.end))
 
 
 # ---- building --------------------------------------------------------------------------------
@@ -174,6 +189,7 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
             key = f"{name}.q{q.index}"
             ann = annotations.get(key)
             seen.add(key)
+            q = _split_answer(key, q, chapter.text, ann)
             if q.answer is None:
                 if ann is not None:
                     raise AnnotationError(f"{key}: annotated, but the source has no answer for it")
@@ -186,6 +202,7 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
             if ann.grading == "exclude":
                 exclusions.append(Exclusion(tid, name, q.label, q.line, ann.reason or ""))
                 continue
+            keys = book_keys(ann) if ann.grading == "numeric" else None
             title = titles.get(name, name)
             question_md = to_markdown(q.question.text(chapter.text))
             answer_md = to_markdown(answer_raw)
@@ -201,10 +218,9 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
                         ann,
                     ),
                     grading=ann.grading,
-                    gold=tuple(v.value for v in ann.values) if ann.grading == "numeric" else answer_md,
+                    gold=keys.gold if keys else answer_md,
                     chapter=name,
                     tags=ann.tags,
-                    tolerance=ann.tolerance,
                     meta={
                         "label": q.label,
                         "title": q.title,
@@ -220,7 +236,13 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
                             "answer": _locator(chapter, q.answer),
                         },
                     },
-                    hidden={"question": question_md, "reference": answer_md, "note": ann.note},
+                    hidden={
+                        "question": question_md, "reference": answer_md, "note": ann.note,
+                        # numeric: the book's printed figures, accepted too where they differ
+                        "printed": list(keys.printed) if keys else None,
+                        "alternatives": [list(a) for a in keys.alternatives] if keys else [],
+                        "differs": ann.differs,
+                    },
                 )
             )
     stray = sorted(set(annotations) - seen)
@@ -256,6 +278,9 @@ def _dump(tasks: list[Task], exclusions: list[Exclusion], markers: dict[str, int
             "question": paragraphs.pack(t.hidden["question"]),
             "reference": paragraphs.pack(t.hidden["reference"]),
             "note": t.hidden.get("note"),
+            "printed": t.hidden.get("printed"),
+            "alternatives": t.hidden.get("alternatives", []),
+            "differs": t.hidden.get("differs"),
         })
     payload = {
         "key": key,
@@ -287,7 +312,8 @@ def _load(payload: bytes, key: str) -> BookBank:
             id=t["id"], split=SPLIT, prompt=text(t["prompt"]), grading=t["grading"],
             gold=tuple(t["gold"]) if t["grading"] == "numeric" else reference,
             chapter=t["chapter"], tags=tuple(t["tags"]), tolerance=t["tolerance"], meta=t["meta"],
-            hidden={"question": text(t["question"]), "reference": reference, "note": t["note"]},
+            hidden={"question": text(t["question"]), "reference": reference, "note": t["note"],
+                    "printed": t["printed"], "alternatives": t["alternatives"], "differs": t["differs"]},
         ))
     exclusions = [Exclusion(**e) for e in data["exclusions"]]
     return BookBank(tasks, exclusions, key, dict(data["markers"]))

@@ -1,6 +1,9 @@
-"""Synthetic tasks by id: ``synthetic/<seed>/<index>``. The family is fixed by (seed + index)
-modulo the number of families, so any run of consecutive indices cycles through every family
-and a short prefix of a batch already spans many of them."""
+"""Synthetic tasks by id: ``synthetic/<seed>/<index>``. Families are grouped into eight slots by
+the kind of work they teach (roofline, KV cache, transformer accounting, collectives, FSDP
+against tensor parallelism, ...). Position p = seed + index takes slot p mod 8, and within the
+slot the family rotates with p div 8. So any eight consecutive tasks, in particular the first
+eight of every seed, span every slot: roofline, KV cache, transformer, collective and FSDP/TP
+work all appear in every window of eight."""
 
 from __future__ import annotations
 
@@ -17,13 +20,27 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 SPLIT = "synthetic"
-_FAMILY_FNS = tuple(FAMILIES.values())
+# The interleave: one slot per kind of work; every family appears in exactly one slot.
+SLOTS: tuple[tuple[str, ...], ...] = (
+    ("matmul_cost", "arithmetic_intensity"),  # roofline
+    ("kv_cache",),  # KV cache
+    ("param_count", "training_flops", "inference_flops"),  # transformer accounting
+    ("collective_time",),  # collectives
+    ("fsdp_vs_tp",),  # FSDP against tensor parallelism
+    ("critical_batch", "roofline_time"),  # roofline
+    ("decode_step_time",),  # inference
+    ("training_memory",),  # training memory
+)
 _FAMILY_NAMES = tuple(FAMILIES)
 _ID = re.compile(r"synthetic/(\d{1,18})/(\d{1,18})")
+if sorted(f for slot in SLOTS for f in slot) != sorted(_FAMILY_NAMES):
+    raise RuntimeError("every synthetic family must sit in exactly one slot")
 
 
 def family_of(seed: int, index: int) -> str:
-    return _FAMILY_NAMES[(seed + index) % len(_FAMILY_NAMES)]
+    position = seed + index
+    slot = SLOTS[position % len(SLOTS)]
+    return slot[(position // len(SLOTS)) % len(slot)]
 
 
 @lru_cache(maxsize=8192)
@@ -33,8 +50,8 @@ def cached(seed: int, index: int) -> Task:
 
 
 def generate(seed: int, index: int) -> Task:
-    position = (seed + index) % len(_FAMILY_FNS)
-    g: Generated = _FAMILY_FNS[position](Draws(seed, index))
+    family = family_of(seed, index)
+    g: Generated = FAMILIES[family](Draws(seed, index))
     return Task(
         id=f"{SPLIT}/{seed}/{index}",
         split=SPLIT,
@@ -43,7 +60,7 @@ def generate(seed: int, index: int) -> Task:
         gold=g.gold,
         chapter=g.chapter,
         tags=g.tags,
-        meta={"family": _FAMILY_NAMES[position], "params": g.params},
+        meta={"family": family, "params": g.params},
     )
 
 
@@ -77,6 +94,15 @@ class SyntheticBank:
 
     def size(self) -> int | None:
         return None
+
+    def one_per_family(self, seed: int = 0) -> list[Task]:
+        """The first task of each family in seed's order (what the coverage map counts)."""
+        first: dict[str, int] = {}
+        index = 0
+        while len(first) < len(_FAMILY_NAMES):
+            first.setdefault(family_of(seed, index), index)
+            index += 1
+        return [generate(seed, i) for i in sorted(first.values())]
 
     def info(self) -> dict[str, Any]:
         return {

@@ -4,7 +4,8 @@ parameters it drew (public: every one of them is stated in the prompt).
 
 Conventions follow the book: a multiply-add is 2 FLOPs; bf16 is 2 bytes; collectives on an axis
 with wraparound use the bidirectional link bandwidth, a line without it the one-way bandwidth;
-FSDP/TP per-layer communication uses the book's forward-pass expressions."""
+FSDP/TP per-layer communication uses the book's forward-pass expressions, which the prompt
+states in full (they leave out the ring factor that the collective family teaches)."""
 
 from __future__ import annotations
 
@@ -235,9 +236,11 @@ def fsdp_vs_tp(d: Draws) -> Generated:
         f"A transformer MLP (D = {dmodel}, F = {ffw}, bf16 weights and activations) is trained on "
         f"{x * y} {chip.name} chips arranged as X = {x} (FSDP) by Y = {y} (tensor parallel), with a "
         f"global batch of B = {batch} tokens and {bw:.6g} bytes/s of bidirectional ICI bandwidth per "
-        "axis. Using the book's forward-pass convention for one layer's communication time "
-        "(FSDP gathers weights sharded over Y; tensor parallelism moves activations sharded over "
-        "X), give the FSDP time first and the tensor-parallel time second. "
+        "axis. Use the book's per-layer forward-pass estimates, which count 2 bytes per bf16 "
+        "element and leave out the (N-1)/N ring factor: the FSDP communication time is "
+        "T_fsdp = 4·D·F / (Y·W) (gathering the MLP's weights) and the tensor-parallel "
+        "communication time is T_tp = 4·B·D / (X·W) (moving its activations), with W the "
+        "bidirectional ICI bandwidth. Give the FSDP time first and the tensor-parallel time second. "
         + _answer_many("<fsdp time> <unit>", "<tp time> <unit>")
     )
     return Generated(prompt, (_q(fsdp, "s"), _q(tp, "s")), "training", ("training.mixed", "training.fsdp"),
@@ -279,7 +282,7 @@ def training_memory(d: Draws) -> Generated:
         "Round the chip count up. " + _answer_many("<bytes> bytes", "<n> chips")
     )
     return Generated(prompt, (_q(total, "bytes"), _q(chips, "chips")), "training",
-                     ("training.fsdp", "applied-training.counting"),
+                     ("training.memory", "training.fsdp"),
                      {"params": params, "master_copy": master, "hbm_bytes": chip.hbm_bytes})
 
 

@@ -8,7 +8,7 @@ from app.tasks.exam.numeric import collector
 QUESTIONS, numeric = collector()
 
 
-@numeric(1, "applied-inference.serving", "B", """
+@numeric(1, ("applied-inference.memory", "transformers.kv-cache"), "B", """
     A model with {layers} layers and {kv} KV heads of dimension {hd} stores its KV cache at {b}
     byte per element. How many bytes of cache does each token add?""",
     layers=126, kv=8, hd=128, b=1)
@@ -16,7 +16,7 @@ def kv_per_token(layers, kv, hd, b):
     return fm.kv_cache_bytes(1, layers, kv, hd, b)
 
 
-@numeric(2, "applied-inference.serving", ("B", "chips"), """
+@numeric(2, ("applied-inference.memory", "applied-inference.serving"), ("B", "chips"), """
     A {params}-parameter model is served in int8 ({bpp} byte per parameter) with a batch of {batch}
     sequences of {seqlen} tokens, each token's KV cache taking {kvtok} bytes. What is the total
     memory needed, and how many chips with {hbm} bytes of HBM are needed at minimum?""",
@@ -61,10 +61,23 @@ def full_hbm_generation(hbm, bw, tokens):
     return fm.comms_time(hbm, bw) * tokens
 
 
-@numeric(7, ("applied-inference.serving", "inference.sharding"), "chips", """
+@numeric(7, ("applied-inference.model-parallel", "inference.sharding"), "chips", """
     Serving a model with d_ff = {f} shards it over {axes} ICI axes. Its chips have {peak} FLOPs/s
     and {w} bytes/s of bidirectional link bandwidth. Roughly how many ways can it be model-sharded
     before the matmul communication is no longer hidden (Y < M_Y F W / C)?""",
     f=53248, axes=2, peak=1.97e14, w=9e10)
 def serving_tp_limit(f, axes, peak, w):
     return fm.tp_max_degree(f, peak, w, axes)
+
+
+@numeric(8, ("applied-inference.balancing", "inference.engine"), "", """
+    In disaggregated serving a prefill server handles one prompt at a time, taking {prefill} s per
+    prompt. A generate server decodes a batch of {batch} sequences, producing one token for every
+    sequence each {step} s, and every sequence generates {length} tokens before it leaves the batch.
+    How many prefill servers are needed per generate server so that prompts are prefilled exactly
+    as fast as the generate servers free their slots?""",
+    prefill=0.5, batch=64, step=0.025, length=1024)
+def prefill_servers_per_generate(prefill, batch, step, length):
+    # A generate server frees batch / (step * length) slots per second; a prefill server fills
+    # 1 / prefill. Balance: P / prefill = G * batch / (step * length).
+    return batch * prefill / (step * length)

@@ -17,7 +17,7 @@ def llama_params(layers, d, f, heads, kv, hd, vocab):
     return fm.dense_params(layers, d, f, heads, kv, hd, vocab)
 
 
-@numeric(2, "applied-training.counting", "s", """
+@numeric(2, ("applied-training.duration", "applied-training.counting"), "s", """
     A {params}-parameter dense model is pretrained on {tokens} tokens on a pod of {chips} chips with
     {peak} bf16 FLOPs/s each, at {mfu} MFU (a fraction). How long does training take?""",
     params=8e9, tokens=1.5e13, chips=8960, peak=4.59e14, mfu=0.4)
@@ -25,7 +25,7 @@ def pretrain_time(params, tokens, chips, peak, mfu):
     return fm.training_time(params, tokens, chips, peak, mfu)
 
 
-@numeric(3, "applied-training.counting", ("B", "chips"), """
+@numeric(3, ("applied-training.counting", "training.memory"), ("B", "chips"), """
     Training a {params}-parameter model keeps bf16 parameters ({pbytes} bytes each), optimizer
     state of {obytes} bytes per parameter, and bf16 activation checkpoints ({abytes} bytes per value)
     of width {d}, saved {ckpt} times per layer for each of the {tokens} tokens of a batch, over
@@ -63,7 +63,7 @@ def mixed_floor(peak, w, f, axes_product):
     return fm.mixed_min_batch_per_chip(peak, w, f, axes_product)
 
 
-@numeric(7, "applied-training.counting", ("FLOPs", "s"), """
+@numeric(7, ("applied-training.duration", "applied-training.counting"), ("FLOPs", "s"), """
     How many training FLOPs does one token cost for a {params}-parameter dense model (6 FLOPs per
     parameter per token), and how long would one chip with {peak} FLOPs/s take to do them at full
     utilisation? (FLOPs first)""",

@@ -6,7 +6,7 @@ from app.tasks.exam.numeric import collector
 QUESTIONS, numeric = collector()
 
 
-@numeric(1, "gpus.chip", "FLOPs", """
+@numeric(1, ("gpus.chip", "gpus.specs"), "FLOPs", """
     A GPU with {sms} streaming multiprocessors reaches {peak} dense bf16 FLOPs/s at a boost clock
     of {clock} Hz. How many bf16 FLOPs does one SM perform per clock cycle?""",
     sms=132, peak=9.9e14, clock=1.98e9)
@@ -14,7 +14,7 @@ def flops_per_sm_cycle(sms, peak, clock):
     return peak / (sms * clock)
 
 
-@numeric(2, "gpus.chip", ("s", "FLOPs/B"), """
+@numeric(2, "gpus.specs", ("s", "FLOPs/B"), """
     A GPU has {hbm} bytes of HBM with {bw} bytes/s of bandwidth and {peak} bf16 FLOPs/s. How long
     does reading the whole HBM once take, and what arithmetic intensity does a kernel need to be
     compute-bound? (time first)""",
@@ -32,7 +32,7 @@ def node_allgather(n, w, nbytes):
     return nbytes * (n - 1) / (n * w)
 
 
-@numeric(4, ("gpus.collectives", "gpus.networking"), "s", """
+@numeric(4, ("gpus.collectives", "gpus.fat-tree"), "s", """
     Across nodes, an AllReduce without in-network reduction costs twice an AllGather, and an
     AllGather of B bytes costs about B divided by the node egress bandwidth. With {w} bytes/s of
     egress per node, how long does an AllReduce of {nbytes} bytes take?""",

@@ -75,7 +75,7 @@ def latency_bound_degree(b, batch, d, w, hop):
     return batch * d * b / (w * hop)
 
 
-@numeric(8, ("inference.latency-throughput", "inference.prefill-decode"), "s", """
+@numeric(8, ("inference.attention-roofline", "inference.latency-throughput"), "s", """
     During decode, attention reads the whole KV cache of every sequence each step. A batch of
     {batch} sequences each holding {seqlen} tokens of cache at {kvtok} bytes per token is spread over
     {chips} chips with {bw} bytes/s HBM bandwidth. How long does reading the caches take per step?""",

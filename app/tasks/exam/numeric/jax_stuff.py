@@ -6,7 +6,7 @@ from app.tasks.exam.numeric import collector
 QUESTIONS, numeric = collector()
 
 
-@numeric(1, "jax.auto-sharding", "B", """
+@numeric(1, ("jax.mesh-specs", "jax.auto-sharding"), "B", """
     On a mesh with axes ('data', 'model') of sizes {x} and {y}, an fp32 array ({b} bytes per
     element) of shape ({rows}, {cols}) is placed with NamedSharding(mesh, P('data', 'model')). How
     many bytes does each device store?""",
@@ -15,7 +15,7 @@ def named_sharding_bytes(x, y, b, rows, cols):
     return rows * cols * b / (x * y)
 
 
-@numeric(2, "jax.explicit-sharding", "s", """
+@numeric(2, ("jax.collectives", "jax.explicit-sharding"), "s", """
     Inside shard_map, every device holds a partial fp32 sum of shape ({rows}, {cols}) ({b} bytes per
     element) and calls psum over an axis forming a full ring whose links carry {w} bytes/s
     bidirectionally. How long does the bandwidth-bound psum take?""",
@@ -24,7 +24,7 @@ def psum_time(rows, cols, b, w):
     return fm.allreduce_time(rows * cols * b, w)
 
 
-@numeric(3, "jax.explicit-sharding", "s", """
+@numeric(3, ("jax.collectives", "jax.explicit-sharding"), "s", """
     A shard_map collective matmul over {x} devices runs {x} steps. At each step a device passes a
     {chunk}-byte shard to its neighbour with ppermute over a link of {w} bytes/s (one way) while
     multiplying a bf16 [{b}, {d}] block by a [{d}, {f}] block at {peak} FLOPs/s. With perfect
@@ -44,7 +44,7 @@ def jit_output_bytes(b, d, f, x, y, e):
     return b * f * e / (x * y)
 
 
-@numeric(5, "jax.explicit-sharding", "s", """
+@numeric(5, ("jax.collectives", "jax.explicit-sharding"), "s", """
     Inside shard_map, jax.lax.all_to_all moves a bf16 array of total shape ({n}, {d}) ({b} bytes
     per element) from being split on one dimension to the other over a bidirectional ring whose
     links carry {w} bytes/s. How long does it take?""",
@@ -53,7 +53,7 @@ def all_to_all_time(n, d, b, w):
     return fm.alltoall_time(n * d * b, w)
 
 
-@numeric(6, "jax.explicit-sharding", "B", """
+@numeric(6, ("jax.collectives", "jax.explicit-sharding"), "B", """
     Inside shard_map each device holds a local block of shape ({m}, {d}) in bf16 ({b} bytes per
     element) and calls jax.lax.all_gather over an axis of {x} devices with tiled=True. How many
     bytes does each device hold afterwards?""",
@@ -62,7 +62,7 @@ def all_gather_bytes(m, d, b, x):
     return x * m * d * b
 
 
-@numeric(7, "jax.auto-sharding", "tokens", """
+@numeric(7, "jax.mesh-specs", "tokens", """
     A batch of {seqs} sequences of {seqlen} tokens is placed with P('data', None) on a 2D mesh whose
     'data' axis has {x} devices; the mesh also has a 'model' axis. How many tokens does each device
     hold?""",

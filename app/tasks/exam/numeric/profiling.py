@@ -31,7 +31,7 @@ def step_mfu(params, tokens, step, chips, peak):
     return fm.training_flops(params, tokens) / (step * chips * peak)
 
 
-@numeric(4, "profiling.profiler", "B", """
+@numeric(4, ("profiling.memory", "profiling.profiler"), "B", """
     The memory profile of an FSDP run over {chips} chips shows parameters at {pbytes} bytes and
     optimizer state at {obytes} bytes per parameter, all fully sharded. For a {params}-parameter
     model, how many bytes of that state sit on each chip?""",
@@ -49,7 +49,7 @@ def collective_efficiency(nbytes, t, w):
     return fm.allgather_time(nbytes, w) / t
 
 
-@numeric(6, ("profiling.stack", "profiling.profiler"), "", """
+@numeric(6, ("profiling.hlo", "profiling.profiler"), "", """
     An HLO dot of a bf16[{b},{d}] operand with a bf16[{d},{f}] operand appears in the trace taking
     {t} s on a chip with {peak} FLOPs/s. How many times slower than its compute-bound ideal is it?""",
     b=256, d=4096, f=4096, t=0.00011, peak=1.97e14)
@@ -57,10 +57,22 @@ def dot_slowdown(b, d, f, t, peak):
     return t / fm.compute_time(fm.matmul_flops(b, d, f), peak)
 
 
-@numeric(7, "profiling.stack", "B", """
+@numeric(7, ("profiling.memory", "profiling.stack"), "B", """
     A compiled program's memory viewer lists {layers} saved activations per layer, each a bf16
     array ({b} bytes per element) of shape [{tokens}, {d}], for {n} layers. How many bytes do
     these activations take?""",
     layers=4, b=2, tokens=65536, d=5120, n=40)
 def saved_activations(layers, b, tokens, d, n):
     return layers * b * tokens * d * n
+
+
+@numeric(8, ("profiling.hlo", "profiling.memory"), ("B", "devices"), """
+    In an HLO dump, a reduce-scatter's operand type reads bf16[{a},{b},{c}] and it scatters the
+    last dimension; its replica groups list {groups} groups of {size} device ids each. Each bf16
+    element takes {nbytes} bytes. How many bytes does the result occupy on one device, and over how
+    many devices does the whole program run?""",
+    a=32, b=32, c=8192, groups=4, size=2, nbytes=2)
+def hlo_result_bytes(a, b, c, groups, size, nbytes):
+    # Each device keeps 1 / size of the scattered dimension; the groups partition the devices.
+    return a * b * (c / size) * nbytes, groups * size
+

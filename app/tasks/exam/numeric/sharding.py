@@ -53,7 +53,7 @@ def allreduce_seconds(d, f, b, w):
     return fm.allreduce_time(d * f * b, w)
 
 
-@numeric(6, "sharding.allreduce-alltoall", "s", """
+@numeric(6, "sharding.alltoall", "s", """
     An activation of shape [{t}, {d}] with {b}-byte elements is resharded with an AllToAll from
     being sharded on D to being sharded on T, over a bidirectional ring whose links carry {w}
     bytes/s. How long does the AllToAll take?""",
@@ -66,7 +66,9 @@ def alltoall_seconds(t, d, b, w):
     We compute A[I, J_X] . B[J_X, K] -> C[I, K] with I = {i}, J = {j}, K = {k} in bf16 ({b} bytes
     per element) on a mesh axis X of {x} chips, each doing {peak} FLOPs/s, whose ring links carry
     {w} bytes/s bidirectionally. Each chip multiplies its local shards and the partial sums are
-    then AllReduced. Give the per-chip compute time, then the AllReduce time.""",
+    then AllReduced; take a bandwidth-bound AllReduce to cost 2 x (array bytes) / (link bandwidth),
+    the book's estimate, which leaves out the (N - 1)/N ring factor. Give the per-chip compute
+    time, then the AllReduce time.""",
     i=4096, j=16384, k=8192, b=2, x=8, peak=4.59e14, w=1.8e11)
 def sharded_contraction(i, j, k, b, x, peak, w):
     return fm.compute_time(fm.matmul_flops(i, j, k) / x, peak), fm.allreduce_time(i * k * b, w)
@@ -80,7 +82,7 @@ def case_one_flops(i, j, k, x, y):
     return fm.matmul_flops(i, j, k) / (x * y)
 
 
-@numeric(9, ("sharding.matmul-cases", "sharding.allgather-reducescatter"), "s", """
+@numeric(9, ("sharding.allgather-contracting", "sharding.allgather-reducescatter"), "s", """
     We compute A[I, J_X] . B[J, K] -> C[I, K] where only A is sharded on the contracting dimension:
     A is first AllGathered over the axis X and then multiplied locally. A has I = {i} rows and
     J = {j} columns with {b}-byte elements, and the ring links carry {w} bytes/s bidirectionally.

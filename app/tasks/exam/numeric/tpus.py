@@ -36,7 +36,7 @@ def torus_max_hops(x, y):
     return fm.torus_diameter(x, y)
 
 
-@numeric(4, ("tpus.networking", "tpus.specs"), "", """
+@numeric(4, ("tpus.bandwidths", "tpus.networking"), "", """
     A chip moves {nbytes} bytes to its neighbours using {links} ICI links of {link} bytes/s each
     at once; the same transfer to another pod goes over DCN at {dcn} bytes/s per chip. By what
     factor is the DCN transfer slower?""",
@@ -71,7 +71,7 @@ def padding_utilisation(rows, cols, tile):
     return rows * cols / (math.ceil(rows / tile) * tile * (math.ceil(cols / tile) * tile))
 
 
-@numeric(8, ("tpus.networking", "tpus.chip"), "s", """
+@numeric(8, ("tpus.bandwidths", "tpus.networking"), "s", """
     A model with {params} parameters, stored at {bpp} bytes per parameter, is loaded from host RAM
     and split evenly across {chips} chips; each chip has its own PCIe link of {pcie} bytes/s. If
     all links run in parallel, how long does loading take?""",

@@ -15,13 +15,14 @@ def dp_threshold(axes, peak, w):
     return fm.dp_min_batch_per_chip(peak, w, axes)
 
 
-@numeric(2, "training.data-parallel", "params", """
+@numeric(2, ("training.data-parallel", "training.memory"), "params", """
     With pure data parallelism every chip keeps the full model: bf16 parameters ({pbytes} bytes
-    each) plus Adam state and master weights costing {obytes} bytes per parameter. With {hbm} bytes
-    of HBM per chip and nothing else stored, what is the largest model that fits?""",
-    pbytes=2, obytes=8, hbm=9.6e10)
-def dp_max_params(pbytes, obytes, hbm):
-    return hbm / (pbytes + obytes)
+    each), Adam's two fp32 moments ({moment} bytes each per parameter) and an fp32 master copy of
+    the weights ({master} bytes per parameter). With {hbm} bytes of HBM per chip and nothing else
+    stored (no gradients, no activations), what is the largest model that fits?""",
+    pbytes=2, moment=4, master=4, hbm=9.6e10)
+def dp_max_params(pbytes, moment, master, hbm):
+    return hbm / (pbytes + 2 * moment + master)
 
 
 @numeric(3, "training.fsdp", "tokens", """
@@ -62,7 +63,7 @@ def fsdp_degree(chips, batch, f, mx, my):
     return fm.optimal_fsdp(batch, f, mx, my, chips)
 
 
-@numeric(7, "training.pipeline-dcn", "tokens", """
+@numeric(7, "training.cross-pod", "tokens", """
     {pods} pods are joined over DCN and run pure data parallelism between pods. Each chip computes
     at {peak} FLOPs/s and has {dcn} bytes/s of DCN egress. What is the minimum global batch, in
     tokens, for the cross-pod gradient AllReduce to stay hidden behind compute?""",
@@ -73,8 +74,11 @@ def dcn_min_batch(pods, peak, dcn):
 
 
 @numeric(8, "training.pipeline-dcn", "%", """
-    A naive pipeline schedule with {stages} stages runs {micro} microbatches per step. What
-    fraction of the stages' time is lost to the pipeline bubble?""",
+    A naive pipeline schedule (forward passes only) has {stages} stages and runs {micro}
+    microbatches per step; every microbatch takes the same time on every stage, and a stage is idle
+    until the first microbatch reaches it and after the last one leaves it. Define the bubble as the
+    fraction of the schedule's total time, from the first stage starting to the last stage
+    finishing, during which a given stage is idle. What is the bubble?""",
     stages=8, micro=24)
 def bubble(stages, micro):
     return fm.pipeline_bubble(stages, micro)
@@ -86,3 +90,23 @@ def bubble(stages, micro):
     params=3e10, batch=4194304, chips=2048, peak=4.59e14, mfu=0.5)
 def step_time(params, batch, chips, peak, mfu):
     return fm.training_time(params, batch, chips, peak, mfu)
+
+
+@numeric(10, "training.pipeline-dcn", "", """
+    A naive pipeline schedule has {stages} stages; its bubble is the idle fraction
+    (S - 1) / (M + S - 1) of the schedule for M microbatches. How many microbatches bring the bubble
+    down to {target} (a fraction)?""",
+    stages=16, target=0.1)
+def microbatches_for_bubble(stages, target):
+    # (S - 1) / (M + S - 1) = t  <=>  M = (S - 1) (1 - t) / t
+    return (stages - 1) * (1 - target) / target
+
+
+@numeric(11, "training.cross-pod", "", """
+    Pods train with pure data parallelism over DCN. The cross-pod gradient AllReduce stays hidden
+    behind compute while each pod's share of the global batch exceeds C / W_dcn tokens, where each
+    chip computes at C = {peak} FLOPs/s and has W_dcn = {dcn} bytes/s of DCN egress. With a global
+    batch of {batch} tokens, how many pods can join at most?""",
+    peak=4.59e14, dcn=6.25e9, batch=4194304)
+def max_pods(peak, dcn, batch):
+    return batch / (peak / dcn)

@@ -34,7 +34,7 @@ def six_nd(params, tokens, chips, peak, mfu):
     return fm.training_flops(params, tokens), fm.training_time(params, tokens, chips, peak, mfu)
 
 
-@numeric(4, "transformers.6nd", "", """
+@numeric(4, ("transformers.attention-context", "transformers.6nd"), "", """
     For a transformer with F = 4D, D = NH and as many key/value heads as query heads, the ratio of
     attention FLOPs to the FLOPs of the weight matmuls is T / (8D). What is that ratio for a model
     width D = {d} trained at sequence length T = {t}?""",
@@ -52,7 +52,7 @@ def kv_bytes(layers, kv, hd, b, s):
     return fm.kv_cache_bytes(s, layers, kv, hd, b)
 
 
-@numeric(6, "transformers.kv-cache", "B", """
+@numeric(6, ("transformers.attention", "inference.kv-reductions", "transformers.kv-cache"), "B", """
     A serving batch holds {batch} sequences of {s} tokens on a model with {layers} layers and head
     size {hd}, caching in bf16 ({b} bytes). Switching attention from {n} KV heads (one per query
     head) to {k} shared KV heads saves how many bytes of KV cache for the whole batch?""",
@@ -72,7 +72,7 @@ def moe_params(layers, e, d, f, k):
     return layers * e * per_expert, layers * k * per_expert
 
 
-@numeric(8, "transformers.moe-remat", "B", """
+@numeric(8, "training.memory", "B", """
     Training without any rematerialisation saves about {c} intermediate values of size D per token
     per layer, in bf16 ({b} bytes). For a batch of {tokens} tokens, width D = {d} and {layers}
     layers, how many bytes of activations must be kept for the backward pass?""",
@@ -81,7 +81,7 @@ def activation_bytes(c, b, tokens, d, layers):
     return c * b * tokens * d * layers
 
 
-@numeric(9, "transformers.moe-remat", "FLOPs", """
+@numeric(9, ("training.memory", "transformers.6nd"), "FLOPs", """
     With block rematerialisation every forward pass is recomputed during the backward pass, so a
     step costs about {per} FLOPs per parameter per token instead of 6. For a {params}-parameter
     model and a {tokens}-token batch, how many extra FLOPs per step does remat cost?""",

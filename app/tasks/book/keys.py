@@ -1,0 +1,95 @@
+"""The keys of a numeric book question: the computed answer (solutions.py) first, written in the
+unit of the book's printed figure, and the printed figures as a second accepted key wherever
+they lie outside the split tolerance of the computed ones."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.graders.units import parse_quantity
+from app.settings import Tolerances
+from app.tasks.book.annotations import Annotation, AnnotationError
+from app.tasks.book.solutions import solve
+
+# The code that computes the keys: part of the bank's cache key, so that a changed solution,
+# formula or hardware figure is never served from a bank cached before the change.
+_KEY_CODE = tuple(
+    Path(__file__).parents[1] / name
+    for name in ("book/keys.py", "book/solutions.py", "formulas.py", "hardware.py")
+)
+
+
+def keys_digest() -> str:
+    h = hashlib.sha256()
+    for path in _KEY_CODE:
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+# Keys are fixed when the bank is built, against the book split's default tolerance.
+KEY_TOLERANCE = Tolerances().book
+_LEADING_NUMBER = re.compile(r"^\s*[-+]?[\d.,]+(?:e[-+]?\d+)?\s*", re.IGNORECASE)
+
+
+def within(value: float, reference: float, tolerance: float) -> bool:
+    return abs(value - reference) <= tolerance * abs(reference)
+
+
+@dataclass(frozen=True, slots=True)
+class BookKeys:
+    computed: tuple[float, ...]  # base units
+    gold: tuple[str, ...]  # the computed values, as quantity text
+    printed: tuple[str, ...]  # the book's figures, as quantity text
+    alternatives: tuple[tuple[str, ...], ...]  # () or (printed,)
+
+    @property
+    def differing(self) -> list[int]:
+        """Positions where the printed figure lies outside the tolerance of the computed one."""
+        return [
+            i for i, (c, p) in enumerate(zip(self.computed, self.printed, strict=True))
+            if not within(parse_quantity(p).value, c, KEY_TOLERANCE)
+        ]
+
+
+def as_quantity_text(value: float, like: str) -> str:
+    """value (base units) written in the unit of the quantity text ``like`` ("167 ms")."""
+    unit = _LEADING_NUMBER.sub("", like).strip()
+    if unit == "%":
+        return f"{_number(value * 100)}%"
+    if not unit:
+        return _number(value)
+    factor = parse_quantity(f"1 {unit}").value
+    return f"{_number(value / factor)} {unit}"
+
+
+def _number(value: float) -> str:
+    """Whole numbers in full (16896 chips), others to 4 significant figures."""
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def book_keys(ann: Annotation) -> BookKeys:
+    computed = solve(ann.key)
+    if len(computed) != len(ann.values):
+        raise AnnotationError(f"{ann.key}: the solution gives {len(computed)} values for {len(ann.values)}")
+    printed = tuple(v.value for v in ann.values)
+    gold = tuple(as_quantity_text(c, p) for c, p in zip(computed, printed, strict=True))
+    for text, p in zip(gold, printed, strict=True):
+        if parse_quantity(text).dimension != parse_quantity(p).dimension:
+            raise AnnotationError(f"{ann.key}: computed key {text!r} and printed {p!r} differ in dimension")
+    keys = BookKeys(computed, gold, printed, ())
+    if keys.differing:
+        if not ann.differs:
+            raise AnnotationError(
+                f"{ann.key}: the book's figure(s) at position(s) {keys.differing} lie outside "
+                f"{KEY_TOLERANCE:g} of the computed answer; say why in `differs`"
+            )
+        return BookKeys(computed, gold, printed, (printed,))
+    if ann.differs:
+        raise AnnotationError(f"{ann.key}: `differs` is set but the book's figures agree with the computed answer")
+    return keys
