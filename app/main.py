@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.api import coverage, grade, health, jobs, rewards, tasks
 from app.api.auth import TenantMiddleware
+from app.api.docs import install_offline_docs
 from app.api.errors import document_error_bodies, install_error_handlers
 from app.grading import GradingService
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
@@ -68,7 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         await grading.jobs.close()
 
-    app = FastAPI(title="scaling-grader", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="scaling-grader", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Grading service for RL and evaluation on the JAX scaling book")
     app.state.settings = settings
     app.state.grading = grading
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.router.routes[0:0] = [*grade.ROUTES, *rewards.ROUTES]
     for module in (tasks, jobs, coverage, health):
         app.include_router(module.router)
+    install_offline_docs(app)
     install_error_handlers(app)
     _document_hand_parsed_bodies(app)
     redis_client = getattr(grading.jobs, "async_redis", None)  # shared by the rate limiter
