@@ -1,0 +1,26 @@
+"""The status page at / (HTML, for a browser tab) and its figures at /v1/status (JSON). Both sit
+behind the tenant auth like every other route; a browser sends the key as HTTP Basic password."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from app.api.status_data import collect_status
+from app.api.status_page import render_status
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/", include_in_schema=False, response_class=HTMLResponse)
+async def status_page(request: Request) -> HTMLResponse:
+    page = render_status(await collect_status(request))
+    # The page reloads itself; a cached copy would show stale figures.
+    return HTMLResponse(page, headers={"cache-control": "no-store"})
+
+
+@router.get("/v1/status", summary="Service status: splits, workers, queues, recent grades and errors")
+async def status(request: Request) -> dict[str, Any]:
+    return await collect_status(request)
