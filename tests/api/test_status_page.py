@@ -215,6 +215,9 @@ def test_status_page_without_tenants_is_open_and_embedded() -> None:
     page = client.get("/")
     assert page.status_code == 200 and 'id="mode">embedded mode' in page.text
     assert "<script" not in page.text and "http://" not in page.text and "https://" not in page.text
+    # the browser is told to run no script and load nothing from elsewhere
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src" not in policy and "frame-ancestors 'none'" in policy
 
 
 def test_status_page_with_redis_down_says_so() -> None:
