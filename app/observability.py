@@ -46,17 +46,20 @@ class GradeWindow:
     def __init__(self, bucket_seconds: int = WINDOW_BUCKET_SECONDS, buckets: int = WINDOW_BUCKETS) -> None:
         self.bucket_seconds, self.buckets = bucket_seconds, buckets
         self._counts: deque[tuple[int, dict[tuple[str, str], int]]] = deque(maxlen=buckets)
+        self._start, self._current = -1, {}  # the newest bucket, also the last of _counts
         self._faults: deque[dict[str, Any]] = deque(maxlen=20)
         self._lock = threading.Lock()
 
     def add(self, split: str, outcome: str, now: float | None = None) -> None:
-        now = time.time() if now is None else now
-        start = int(now) // self.bucket_seconds * self.bucket_seconds
+        # On every grade: kept to a clock read, a lock and one dict update.
+        start = int(time.time() if now is None else now) // self.bucket_seconds * self.bucket_seconds
+        key = (split, outcome)
         with self._lock:
-            if not self._counts or self._counts[-1][0] != start:
-                self._counts.append((start, {}))
-            counts = self._counts[-1][1]
-            counts[split, outcome] = counts.get((split, outcome), 0) + 1
+            if start > self._start:  # a clock stepped back counts in the newest bucket
+                self._start, self._current = start, {}
+                self._counts.append((start, self._current))
+            current = self._current
+            current[key] = current.get(key, 0) + 1
 
     def add_fault(self, kind: str, where: str, now: float | None = None) -> None:
         with self._lock:
@@ -91,11 +94,12 @@ def child(metric: Any, *labels: str) -> Any:
 
 
 def record_grade(split: str | None, grading: str, outcome: str, seconds: float) -> None:
-    child(GRADES, split or "inline", grading, outcome).inc()
+    split = split or "inline"
+    child(GRADES, split, grading, outcome).inc()
     child(GRADE_LATENCY, grading).observe(seconds)
-    GRADE_WINDOW.add(split or "inline", outcome)
+    GRADE_WINDOW.add(split, outcome)
     if outcome in FAULT_OUTCOMES:
-        GRADE_WINDOW.add_fault(outcome, f"{split or 'inline'}/{grading}")
+        GRADE_WINDOW.add_fault(outcome, f"{split}/{grading}")
 
 
 class MetricsMiddleware:

@@ -24,6 +24,7 @@ from rq.serializers import JSONSerializer
 from app import __version__
 from app.api.status_page import render_status
 from app.main import create_app
+from app.observability import GradeWindow
 from app.settings import Settings
 from app.tasks.impl import reference
 from app.tasks.synthetic.bank import SyntheticBank
@@ -226,6 +227,23 @@ def test_status_page_with_redis_down_says_so() -> None:
     assert page.status_code == 200
     assert "Redis is unreachable" in page.text and "not ready" in page.text
     assert "scaling_grader_redis_up 0.0" in client.get("/metrics").text
+
+
+def test_grade_window_keeps_the_last_minutes_only() -> None:
+    window = GradeWindow(bucket_seconds=10, buckets=3)
+    window.add("synthetic", "correct", now=0)
+    window.add("synthetic", "incorrect", now=5)
+    assert window.counts(now=5) == {0: {("synthetic", "correct"): 1, ("synthetic", "incorrect"): 1}}
+    for t in (12, 25, 31):
+        window.add("synthetic", "correct", now=t)
+    window.add("synthetic", "correct", now=21)  # the clock stepped back: counted in the newest bucket
+    assert window.counts(now=35) == {10: {("synthetic", "correct"): 1}, 20: {("synthetic", "correct"): 1},
+                                     30: {("synthetic", "correct"): 2}}
+    assert window.counts(now=45) == {20: {("synthetic", "correct"): 1}, 30: {("synthetic", "correct"): 2}}
+    assert window.counts(now=1000) == {}
+    for i in range(50):
+        window.add_fault("judge_error", f"exam/judge{i}")
+    assert len(window.faults()) == 20 and window.faults()[-1]["where"] == "exam/judge49"
 
 
 def test_values_from_redis_are_escaped() -> None:
