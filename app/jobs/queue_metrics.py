@@ -1,8 +1,8 @@
 """Prometheus metrics of the Redis side, read at scrape time by the API: queue depths, workers by
-state, and the grades all workers completed. Workers serve no metrics endpoint of their own (they
-may run by the hundred, and come and go), so the API reports what RQ's registries and the
-workers' grade counts hold. Every API replica reports the same deployment-wide figures: aggregate
-them across replicas with max, not sum."""
+state, and the grades all workers completed. These belong to the deployment, not to one process:
+a worker's own metrics (``--metrics-port``) see only its grades, and many deployments never
+scrape workers at all (they come and go by the hundred). Every API replica reports the same
+figures: aggregate them across replicas with max, not sum."""
 
 from __future__ import annotations
 

@@ -89,6 +89,46 @@ def test_promtool_rejects_a_broken_query(tmp_path: Path) -> None:
     assert _promtool("check", "rules", str(tmp_path / "bad.yml")).returncode != 0
 
 
+def _expected_alert(name: str) -> dict:
+    rule = next(r for g in ALERTS["groups"] for r in g["rules"] if r.get("alert") == name)
+    return {"exp_labels": rule["labels"], "exp_annotations": rule["annotations"]}
+
+
+def _faults_series(replica: str, per_minute: int) -> dict:
+    # The same Redis-backed counter, as every API replica reports it.
+    labels = f'split="impl",grading="impl",outcome="sandbox_error",job="scaling-grader-api",instance="{replica}"'
+    return {"series": f"scaling_grader_worker_grades_total{{{labels}}}", "values": f"0+{per_minute}x30"}
+
+
+@needs_promtool
+def test_alerts_fire_on_synthetic_series(tmp_path: Path) -> None:
+    """promtool's rule unit tests: worker faults alone fire the fault alert (the API side has no
+    fault series at all), two replicas reporting the same counter are not added up, and a
+    deployment without workers is noticed."""
+    tests = {
+        "rule_files": [str(DEPLOY / "prometheus-alerts.yml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {"interval": "1m",
+             "input_series": [_faults_series("api-1", 60), _faults_series("api-2", 60)],  # 1 fault/s
+             "alert_rule_test": [{"eval_time": "15m", "alertname": "ScalingGraderGraderFaults",
+                                  "exp_alerts": [_expected_alert("ScalingGraderGraderFaults")]}]},
+            {"interval": "1m",
+             # 0.06/s seen by each of two replicas: 0.06 in all (max), under the 0.1 threshold
+             "input_series": [_faults_series("api-1", 4), _faults_series("api-2", 4)],
+             "alert_rule_test": [{"eval_time": "15m", "alertname": "ScalingGraderGraderFaults", "exp_alerts": []}]},
+            {"interval": "1m",
+             "input_series": [{"series": 'scaling_grader_workers{state="idle",instance="api-1"}', "values": "0x10"},
+                              {"series": 'scaling_grader_workers{state="busy",instance="api-1"}', "values": "0x10"}],
+             "alert_rule_test": [{"eval_time": "5m", "alertname": "ScalingGraderNoWorkers",
+                                  "exp_alerts": [_expected_alert("ScalingGraderNoWorkers")]}]},
+        ],
+    }
+    (tmp_path / "alerts-test.yml").write_text(yaml.safe_dump(tests))
+    checked = _promtool("test", "rules", str(tmp_path / "alerts-test.yml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 @needs_promtool
 def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
     """promtool parses each query as a recording rule (Grafana's $__rate_interval made concrete)."""
