@@ -84,7 +84,7 @@ def _workers(status: dict[str, Any], now: float) -> str:
     for w in workers:
         job = w["current_job"]
         doing = "idle" if job is None else (
-            f"{escape(str(job['kind']))} <code>{escape(job['id'][:12])}</code> "
+            f"{escape(str(job['kind'] or 'job'))} <code>{escape(job['id'][:12])}</code> "
             f"{'' if job['running_seconds'] is None else escape(str(job['running_seconds'])) + ' s'}")
         rows.append([f"<b>{escape(w['name'])}</b><br><span class=muted>{escape(str(w['hostname']))} "
                      f"pid {escape(str(w['pid']))}</span>", escape(w["state"]), escape(",".join(w["queues"])),

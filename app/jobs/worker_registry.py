@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 from rq import Queue, Worker
+from rq.exceptions import NoSuchJobError
 from rq.serializers import JSONSerializer
 
 TIER_FIELD = "sandbox_tier"
@@ -28,14 +29,25 @@ def _timestamp(value: Any) -> float | None:
     return value.timestamp() if value is not None else None
 
 
+def _current_job(worker: Worker) -> dict[str, Any] | None:
+    job_id = worker.get_current_job_id()
+    if job_id is None:
+        return None
+    try:
+        job = worker.get_current_job()
+    except NoSuchJobError:  # finished and expired between the two reads
+        return {"id": job_id, "kind": None, "running_seconds": None}
+    started = _timestamp(getattr(job, "started_at", None)) if job is not None else None
+    return {"id": job_id, "kind": getattr(job, "origin", None),
+            "running_seconds": None if started is None else round(max(0.0, time.time() - started), 1)}
+
+
 def live_workers(connection: redis.Redis) -> list[dict[str, Any]]:
     """One row per registered worker, sorted by name: its state, queues, sandbox tier, and the
     kind and age of the job it is running. Job ids only: payloads hold candidate text."""
     rows = []
     for worker in Worker.all(connection=connection, serializer=JSONSerializer):
-        job = worker.get_current_job()
         tier = connection.hget(worker.key, TIER_FIELD)
-        started = _timestamp(getattr(job, "started_at", None)) if job is not None else None
         rows.append({
             "name": worker.name,
             "hostname": worker.hostname,
@@ -43,10 +55,7 @@ def live_workers(connection: redis.Redis) -> list[dict[str, Any]]:
             "state": str(worker.get_state()),
             "queues": worker.queue_names(),
             "sandbox_tier": tier.decode() if tier else None,
-            "current_job": None if job is None else {
-                "id": job.id, "kind": job.origin,
-                "running_seconds": None if started is None else round(max(0.0, time.time() - started), 1),
-            },
+            "current_job": _current_job(worker),
             "last_heartbeat": _timestamp(worker.last_heartbeat),
             "successful_jobs": worker.successful_job_count,
             "failed_jobs": worker.failed_job_count,
