@@ -60,7 +60,7 @@ class Deployment:
         self.redis = RedisServer().start()
         self.env = {**os.environ, "SCALING_GRADER_REDIS_URL": self.redis.url,
                     "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([JUDGE_URL]),
-                    "SCALING_GRADER_JUDGE__MAX_RETRIES": "0", "SCALING_GRADER_SANDBOX__WALL_SECONDS": "20",
+                    "SCALING_GRADER_JUDGE__MAX_RETRIES": "0", "SCALING_GRADER_SANDBOX__WALL_SECONDS": "120",
                     "SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "1"}
         self.log = tmp / "api.log"
         port = free_port()
