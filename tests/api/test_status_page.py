@@ -208,6 +208,10 @@ def test_status_page_needs_the_key_and_never_shows_it(deployment, graded) -> Non
     right = base64.b64encode(f"anyone:{deployment.key}".encode()).decode()
     page = httpx.get(deployment.url + "/", headers={"Authorization": f"Basic {right}"})
     assert page.status_code == 200 and deployment.key not in page.text
+    # the same credentials serve the API (a script may use either scheme)
+    assert httpx.get(deployment.url + "/v1/splits", headers={"Authorization": f"Basic {right}"}).status_code == 200
+    # an API route keeps its bearer challenge: only pages a browser opens ask for Basic
+    assert httpx.get(deployment.url + "/v1/splits").headers["www-authenticate"] == "Bearer"
     assert deployment.key not in deployment.log.read_text()
 
 
