@@ -13,8 +13,10 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from tests.support.browser import CHROMIUM, ProxyTrap, run_chromium
+from tests.support.server import ROOT
 
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (make test installs it)")
+ARTIFACTS = ROOT / "artifacts"
 EXTERNAL_URL = re.compile(r"""(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}""", re.IGNORECASE)
 
 
@@ -75,6 +77,8 @@ def test_swagger_ui_lists_every_operation_offline(server_url: str, trap: ProxyTr
     dom = run_chromium(server_url + "/docs", trap, dump_dom=True)
     rendered = set(re.findall(r'class="opblock-summary-path" data-path="([^"]+)"', dom))
     assert rendered == _operation_paths(server_url)
+    ARTIFACTS.mkdir(exist_ok=True)
+    run_chromium(server_url + "/docs", trap, screenshot=ARTIFACTS / "api-docs-offline.png", window=(1280, 1600))
     assert trap.page_requests() == []
 
 
