@@ -12,7 +12,7 @@ ifneq ($(BOOK_MIRROR_DIR),)
 export SCALING_GRADER_BOOK_MIRROR ?= $(abspath $(BOOK_MIRROR_DIR))
 endif
 
-.PHONY: serve test lint bench bench-smoke system-deps clean
+.PHONY: serve test lint bench bench-smoke system-deps check-dashboards clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,12 +27,14 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# Redis (tests start their own servers) and bubblewrap (the sandbox's strongest tier), when
-# running as root and they are missing.
+# Redis (tests start their own servers), bubblewrap (the sandbox's strongest tier) and chromium
+# (the status page and API docs are tested in a headless browser), when running as root and
+# they are missing.
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
@@ -46,6 +48,15 @@ test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 	$(BIN)/python -m bench --smoke
+
+# promtool (Debian's prometheus package, ~300 MB, so not part of `make test`, whose promtool
+# checks skip without it) validating deploy/prometheus*.yml and the Grafana dashboard's queries.
+check-dashboards: $(VENV)/.test
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	  else echo "promtool is missing: install Debian's prometheus package"; exit 1; fi; }
+	$(BIN)/pytest -q tests/deploy/test_dashboards.py
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .

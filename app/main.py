@@ -9,10 +9,12 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import __version__
-from app.api import coverage, grade, health, jobs, rewards, tasks
+from app.api import coverage, grade, health, jobs, rewards, status, tasks
 from app.api.auth import TenantMiddleware
+from app.api.docs import install_offline_docs
 from app.api.errors import document_error_bodies, install_error_handlers
 from app.grading import GradingService
+from app.jobs.queue_metrics import watch_queues
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
 from app.settings import Settings, get_settings
@@ -68,15 +70,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         await grading.jobs.close()
 
-    app = FastAPI(title="scaling-grader", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="scaling-grader", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Grading service for RL and evaluation on the JAX scaling book")
     app.state.settings = settings
     app.state.grading = grading
     app.state.readiness_checks = _readiness_checks(settings, grading)
+    watch_queues(settings.redis_url)
     # Plain routes first: matched in order, and grading and rewards are the hot path.
     app.router.routes[0:0] = [*grade.ROUTES, *rewards.ROUTES]
-    for module in (tasks, jobs, coverage, health):
+    for module in (tasks, jobs, coverage, health, status):
         app.include_router(module.router)
+    install_offline_docs(app)
     install_error_handlers(app)
     _document_hand_parsed_bodies(app)
     redis_client = getattr(grading.jobs, "async_redis", None)  # shared by the rate limiter

@@ -4,7 +4,9 @@ on the grading hot path)."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -30,6 +32,53 @@ TENANT_REQUESTS = Counter("scaling_grader_tenant_requests_total", "Requests per 
 READY = Gauge("scaling_grader_ready", "1 when /readyz passes", registry=REGISTRY)
 
 
+# Outcomes that mean the grader, not the candidate, failed: the status page lists the last ones.
+FAULT_OUTCOMES = frozenset({"sandbox_error", "judge_error", "error"})
+WINDOW_BUCKET_SECONDS = 10
+WINDOW_BUCKETS = 30  # five minutes
+
+
+class GradeWindow:
+    """Grades per (split, outcome) in 10-second buckets over the last five minutes, and the last
+    grader faults and server errors, for the status page. Labels only (split, outcome, kind,
+    route template): never a completion, a task's answer or an explanation."""
+
+    def __init__(self, bucket_seconds: int = WINDOW_BUCKET_SECONDS, buckets: int = WINDOW_BUCKETS) -> None:
+        self.bucket_seconds, self.buckets = bucket_seconds, buckets
+        self._counts: deque[tuple[int, dict[tuple[str, str], int]]] = deque(maxlen=buckets)
+        self._start, self._current = -1, {}  # the newest bucket, also the last of _counts
+        self._faults: deque[dict[str, Any]] = deque(maxlen=20)
+        self._lock = threading.Lock()
+
+    def add(self, split: str, outcome: str, now: float | None = None) -> None:
+        # On every grade: kept to a clock read, a lock and one dict update.
+        start = int(time.time() if now is None else now) // self.bucket_seconds * self.bucket_seconds
+        key = (split, outcome)
+        with self._lock:
+            if start > self._start:  # a clock stepped back counts in the newest bucket
+                self._start, self._current = start, {}
+                self._counts.append((start, self._current))
+            current = self._current
+            current[key] = current.get(key, 0) + 1
+
+    def add_fault(self, kind: str, where: str, now: float | None = None) -> None:
+        with self._lock:
+            self._faults.append({"at": time.time() if now is None else now, "kind": kind, "where": where})
+
+    def counts(self, now: float | None = None) -> dict[int, dict[tuple[str, str], int]]:
+        """Bucket start (epoch seconds) -> counts, for the buckets still inside the window."""
+        now = time.time() if now is None else now
+        horizon = now - self.bucket_seconds * self.buckets
+        with self._lock:
+            return {start: dict(c) for start, c in self._counts if start > horizon}
+
+    def faults(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._faults)
+
+
+GRADE_WINDOW = GradeWindow()
+
 _children: dict[tuple, Any] = {}
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
@@ -45,8 +94,12 @@ def child(metric: Any, *labels: str) -> Any:
 
 
 def record_grade(split: str | None, grading: str, outcome: str, seconds: float) -> None:
-    child(GRADES, split or "inline", grading, outcome).inc()
+    split = split or "inline"
+    child(GRADES, split, grading, outcome).inc()
     child(GRADE_LATENCY, grading).observe(seconds)
+    GRADE_WINDOW.add(split, outcome)
+    if outcome in FAULT_OUTCOMES:
+        GRADE_WINDOW.add_fault(outcome, f"{split}/{grading}")
 
 
 class MetricsMiddleware:
@@ -74,6 +127,8 @@ class MetricsMiddleware:
             method = scope["method"] if scope["method"] in _METHODS else "other"  # clients choose methods
             child(HTTP_REQUESTS, method, name, str(status["code"])).inc()
             child(HTTP_LATENCY, name).observe(time.perf_counter() - start)
+            if status["code"] >= 500:
+                GRADE_WINDOW.add_fault(f"http_{status['code']}", f"{method} {name}")
 
 
 class BodyLimitMiddleware:

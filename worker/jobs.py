@@ -8,6 +8,7 @@ from rq import get_current_job
 
 from app.jobs import keys
 from app.jobs.execute import run_payload
+from app.jobs.grade_log import count_grade
 from app.settings import get_settings
 
 
@@ -25,5 +26,6 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
             pipe.expire(keys.attempts(job.id), settings.queue.result_ttl)
             pipe.set(keys.result(job.id), result.model_dump_json(), ex=settings.queue.result_ttl)
             pipe.zrem(keys.in_flight(payload.get("tenant", "")), job.id)
+            count_grade(pipe, result.split or "inline", result.grading, result.outcome.value)
             pipe.execute()
     return result.model_dump(mode="json")

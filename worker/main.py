@@ -19,6 +19,7 @@ from rq.timeouts import UnixSignalDeathPenalty
 from rq.worker import WorkerStatus
 
 from app.jobs.redis_jobs import sync_connection
+from app.jobs.worker_registry import record_sandbox_tier
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,11 @@ class DeadlinePenalty(UnixSignalDeathPenalty):
 class GradingWorker(SimpleWorker):
     death_penalty_class = DeadlinePenalty
     heartbeat_grace = 3
+    sandbox_tier = "none"  # judge-only workers run no sandbox
+
+    def register_birth(self) -> None:
+        super().register_birth()
+        record_sandbox_tier(self.connection, self.key, self.sandbox_tier)  # for the status page
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return int(self.job_monitoring_interval) + self.heartbeat_grace
@@ -86,6 +92,8 @@ def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = Fals
         from app.graders.impl import sandbox_status
 
         # Probe the isolation tiers and start the warm pool before taking the first job.
-        log.info("sandbox: %s", sandbox_status(settings))
+        status = sandbox_status(settings)
+        log.info("sandbox: %s", status)
+        worker.sandbox_tier = status.get("tier") or "unavailable"
     worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
     return 0

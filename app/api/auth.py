@@ -1,9 +1,16 @@
 """Bearer-key authentication and per-tenant rate limits, as a pure ASGI middleware (it runs on
 every request, the grading hot path included). Health endpoints stay open so orchestrators can
-probe them; without a tenants file every request is the local user's."""
+probe them; without a tenants file every request is the local user's.
+
+Browsers cannot add a bearer header, so the key is also accepted as the password of HTTP Basic
+credentials (any user name); pages people open (the status page, the docs) challenge for them,
+the browser asks once and then sends them with every request of the page. The key never goes
+into a URL, where it would reach histories and proxy logs."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 from typing import Any
@@ -13,6 +20,12 @@ from app.ratelimit import RateLimiter
 from app.tenants import LOCAL_TENANT, Tenant, hash_key
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+BROWSER_PAGES = frozenset({"/", "/docs", "/redoc", "/openapi.json"})
+BASIC_CHALLENGE = b'Basic realm="scaling-grader", charset="UTF-8"'
+
+
+def _is_browser_page(path: str) -> bool:
+    return path in BROWSER_PAGES or path.startswith("/docs/")
 
 
 def _error(status: int, error: str, detail: str, headers: list[tuple[bytes, bytes]]) -> tuple[dict, dict]:
@@ -35,8 +48,9 @@ class TenantMiddleware:
         if self.tenants is not None and scope["path"] not in OPEN_PATHS:
             found = self._tenant(scope)
             if found is None:
+                challenge = BASIC_CHALLENGE if _is_browser_page(scope["path"]) else b"Bearer"
                 for message in _error(401, "unauthorized", "a valid 'Authorization: Bearer <key>' is required",
-                                      [(b"www-authenticate", b"Bearer")]):
+                                      [(b"www-authenticate", challenge)]):
                     await send(message)
                 return
             tenant = found
@@ -55,10 +69,22 @@ class TenantMiddleware:
         for key, value in scope.get("headers", ()):
             if key == b"authorization":
                 scheme, _, token = value.decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer" and token.strip():
+                if scheme.lower() == "basic":
+                    token = _basic_password(token.strip())
+                elif scheme.lower() != "bearer":
+                    return None
+                if token.strip():
                     assert self.tenants is not None
                     return self.tenants.get(hash_key(token.strip()))
         return None
+
+
+def _basic_password(credentials: str) -> str:
+    try:
+        decoded = base64.b64decode(credentials, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
+    return decoded.partition(":")[2]
 
 
 def tenant_of(request: Any) -> Tenant:

@@ -1,0 +1,112 @@
+"""The figures of the status page, gathered from what the service already knows: the readiness
+checks, the split banks, RQ's registries and the grade windows. Only labels, counts and ids:
+never a completion, a reference answer or a hidden case."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import redis
+from fastapi import Request
+
+from app import __version__
+from app.api import health
+from app.jobs import grade_log
+from app.jobs.redis_jobs import REDIS_ERRORS, sync_connection
+from app.jobs.worker_registry import live_workers, queue_depths
+from app.observability import GRADE_WINDOW, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS
+from app.settings import Settings
+from app.tasks.book.source import BookSourceError
+from app.tasks.registry import get_bank, split_names
+
+KEEP_FAULTS = 20
+
+
+def _splits(settings: Settings) -> list[dict[str, Any]]:
+    rows = []
+    for name in split_names():
+        try:
+            info = get_bank(name, settings).info()
+            rows.append({"name": name, "size": info.get("size"), "grading": info.get("grading", {}),
+                         "available": True})
+        except BookSourceError:  # one split without its source must not hide the others
+            rows.append({"name": name, "size": None, "grading": {}, "available": False})
+    return rows
+
+
+def _merge_windows(*windows: dict[int, dict[tuple[str, str], int]]) -> dict[int, dict[tuple[str, str], int]]:
+    merged: dict[int, dict[tuple[str, str], int]] = {}
+    for window in windows:
+        for start, counts in window.items():
+            into = merged.setdefault(start, {})
+            for key, n in counts.items():
+                into[key] = into.get(key, 0) + n
+    return merged
+
+
+def _grades(window: dict[int, dict[tuple[str, str], int]], now: float) -> dict[str, Any]:
+    """Per-bucket counts for the chart (oldest first, empty buckets included) and totals per
+    split and outcome over the window."""
+    last = int(now) // WINDOW_BUCKET_SECONDS * WINDOW_BUCKET_SECONDS
+    starts = [last - i * WINDOW_BUCKET_SECONDS for i in reversed(range(WINDOW_BUCKETS))]
+    buckets = []
+    totals: dict[str, dict[str, int]] = {}
+    for start in starts:
+        counts = window.get(start, {})
+        by_outcome: dict[str, int] = {}
+        for (split, outcome), n in counts.items():
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + n
+            row = totals.setdefault(split, {})
+            row[outcome] = row.get(outcome, 0) + n
+        buckets.append({"start": start, "by_outcome": by_outcome})
+    return {"bucket_seconds": WINDOW_BUCKET_SECONDS, "window_seconds": WINDOW_BUCKET_SECONDS * WINDOW_BUCKETS,
+            "buckets": buckets, "by_split": totals}
+
+
+def _redis_side(connection: redis.Redis) -> dict[str, Any]:
+    try:
+        return {"workers": live_workers(connection), "queues": queue_depths(connection),
+                "window": grade_log.window(connection), "faults": grade_log.faults(connection), "error": None}
+    except REDIS_ERRORS as exc:
+        return {"workers": [], "queues": {}, "window": {}, "faults": [],
+                "error": f"Redis is unreachable ({type(exc).__name__})"}
+
+
+def status_connection(request: Request) -> redis.Redis | None:
+    """A synchronous Redis client of the status page's own, made once per app."""
+    settings: Settings = request.app.state.settings
+    if not settings.redis_url:
+        return None
+    connection = getattr(request.app.state, "status_redis", None)
+    if connection is None:
+        connection = request.app.state.status_redis = sync_connection(settings.redis_url)
+    return connection
+
+
+async def collect_status(request: Request) -> dict[str, Any]:
+    settings: Settings = request.app.state.settings
+    readiness = json.loads((await health.readyz(request)).body)
+    splits = await anyio.to_thread.run_sync(_splits, settings)
+    connection = status_connection(request)
+    now = time.time()
+    if connection is None:
+        side = {"workers": None, "queues": None, "window": {}, "faults": [], "error": None}
+    else:
+        side = await anyio.to_thread.run_sync(_redis_side, connection)
+    faults = sorted([*GRADE_WINDOW.faults(), *side["faults"]], key=lambda f: f["at"], reverse=True)
+    return {
+        "version": __version__,
+        "mode": "redis" if settings.redis_url else "embedded",
+        "generated_at": now,
+        "ready": readiness["ready"],
+        "checks": readiness["checks"],
+        "splits": splits,
+        "workers": side["workers"],
+        "queues": side["queues"],
+        "redis_error": side["error"],
+        "grades": _grades(_merge_windows(GRADE_WINDOW.counts(now), side["window"]), now),
+        "faults": faults[:KEEP_FAULTS],
+    }
