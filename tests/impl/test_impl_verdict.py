@@ -7,8 +7,9 @@ import math
 
 import pytest
 
+from app.graders.impl_jax import meets
 from app.graders.impl_source import denied_imports, extract_code
-from app.graders.impl_verdict import check_sharding, compare, decode
+from app.graders.impl_verdict import compare, decode
 
 # (expected, returned as the harness encodes it, matches)
 NUMBERS = [
@@ -29,10 +30,17 @@ STRUCTURES = [
     ({"a": 1.0}, {"a": 1.0}, False),  # an untagged dict is not what the harness sends for a dict
     ([1, 2], [1, 2], True),
     ([1, 2], [2, 1], False),
-    ([[1.0, 2.0]], {"$array": {"dtype": "float32", "shape": [1, 2], "data": [[1.0, 2.0]]}}, True),
-    ([[1.0, 2.0]], {"$array": {"dtype": "float32", "shape": [1, 2], "data": [[1.0, 2.5]]}}, False),
+    ([[1.0, 2.0]], {"$array": {"kind": "float", "shape": [1, 2], "data": [[1.0, 2.0]]}}, True),
+    ([[1.0, 2.0]], {"$array": {"kind": "float", "shape": [1, 2], "data": [[1.0, 2.5]]}}, False),
+    # data that does not have the declared shape, an unknown kind, extra keys
+    ([[1.0, 2.0]], {"$array": {"kind": "float", "shape": [2, 1], "data": [[1.0, 2.0]]}}, False),
+    ([[1.0, 2.0]], {"$array": {"kind": "float32", "shape": [1, 2], "data": [[1.0, 2.0]]}}, False),
+    ([[1.0, 2.0]], {"$array": {"kind": "float", "shape": [1, 2], "data": [[1.0, 2.0]], "x": 1}}, False),
     (1.0, {"$unsupported": "Liar"}, False),
+    (1.0, {"$unsupported": None}, False),
     ([1], {"$dict": "not pairs"}, False),
+    ({"a": 1}, {"$dict": [[["a"], 1]]}, False),  # a list is no dict key
+    (1, 2**64, False),  # integers beyond 63 bits are not plain data
 ]
 
 
@@ -42,18 +50,19 @@ def test_compare(expected, encoded, matches) -> None:
     assert (reason is None) == matches, reason
 
 
-SHARDED = {"$array": {"dtype": "float32", "shape": [8, 2], "data": [[0.0, 0.0]] * 8,
-                      "sharding": {"spec": ["data", None], "num_devices": 8}}}
+FACTS = {"spec": ["data", None], "mesh": {"data": 8}, "num_devices": 8, "shard_shapes": [[1, 2]],
+         "fully_replicated": False}
 
 
-@pytest.mark.parametrize(("required", "encoded", "ok"), [
-    ({"spec": ["data", None], "num_devices": 8}, SHARDED, True),
-    ({"spec": [None, "data"]}, SHARDED, False),
-    ({"num_devices": 8}, {"$array": {"dtype": "float32", "shape": [1], "data": [0.0]}}, False),
-    ({"num_devices": 8}, [0.0], False),
+@pytest.mark.parametrize(("required", "facts", "ok"), [
+    ({"spec": ["data", None], "num_devices": 8}, FACTS, True),
+    ({"spec": [None, "data"]}, FACTS, False),
+    ({"shard_shapes": [(1, 2)]}, FACTS, True),
+    ({"fully_replicated": True}, FACTS, False),
+    ({"num_devices": 8}, None, False),  # the trusted child could not place the declaration
 ])
-def test_check_sharding(required, encoded, ok) -> None:
-    assert (check_sharding(required, decode(encoded)) is None) == ok
+def test_sharding_requirements_against_established_facts(required, facts, ok) -> None:
+    assert meets(required, facts) == ok
 
 
 FENCE = "```"
