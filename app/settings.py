@@ -84,7 +84,7 @@ class SandboxSettings(BaseModel):
     max_output_bytes: int = Field(1024**2, gt=0)  # stdout + stderr per case; more is a verdict
     # A returned value, as canonical JSON; kept small so that reading the largest result costs the
     # service milliseconds (answers are a few hundred numbers at most).
-    max_result_bytes: int = Field(256 * 1024, gt=0)
+    max_result_bytes: int = Field(64 * 1024, gt=0)
     max_result_items: int = Field(10_000, gt=0)
     host_devices: int = Field(8, gt=0)  # CPU devices JAX sees in the child
     warm_pool_size: int = Field(2, ge=0)  # per preload profile
