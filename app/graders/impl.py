@@ -77,7 +77,7 @@ def grade_source(exercise: Exercise, source: str, *, all_or_nothing: bool, setti
     if sb.ast_guard:
         denied = denied_imports(source)
         if denied:
-            details["rejected_imports"] = denied
+            details["rejected_imports"] = sorted({d.split(".")[0] for d in denied})  # deny-list names only
             return _result(Outcome.incorrect, 0.0, "the code imports modules the sandbox forbids", details)
     cases = draw_cases(exercise, seed, settings)
 
