@@ -15,7 +15,7 @@ import pytest
 from app.graders.impl_verdict import Reason
 from app.tasks.impl import reference
 from app.tasks.impl.exercises import BY_NAME
-from tests.impl.verdict_attack_support import assert_earned_nothing, grade_hostile
+from tests.impl.verdict_attack_support import SETTINGS, assert_earned_nothing, grade_hostile
 
 
 def reasons(graded) -> set[str]:
@@ -365,3 +365,19 @@ def test_reference_still_earns_full_reward_on_the_same_path() -> None:
     """The attacks above fail for what they do, not because the path itself is broken."""
     graded = grade_hostile("jax_shard_rows", inspect.getsource(reference.shard_rows))
     assert graded.result.reward == 1.0, graded.result.details
+
+
+def test_constant_answer_with_deliberate_timeouts_earns_nothing() -> None:
+    """Timing out on some cases does not hide a constant answer on the others."""
+    quick = SETTINGS.model_copy(update={"sandbox": SETTINGS.sandbox.model_copy(update={"wall_seconds": 3.0})})
+    graded = grade_hostile("torus_stats", settings=quick, source="""
+        import time
+
+        def torus_stats(shape, wraparound):
+            if shape[0] % 3 == 0:
+                time.sleep(60)
+            return {"max_hops": 8, "bisection_links": 16}
+    """)
+    assert_earned_nothing(graded)
+    assert graded.result.details.get("rule") == "constant_answer"
+    assert graded.result.details["counts"].get("timeout")

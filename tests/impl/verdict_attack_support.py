@@ -14,19 +14,23 @@ from app.graders.dispatch import GradeOptions, grade
 from app.graders.impl_cases import case_seed, draw_cases
 from app.graders.impl_verdict import VERDICTS, Reason, time_bucket
 from app.graders.result import GradeResult
-from app.settings import SandboxSettings, Settings
+from app.settings import ImplSettings, SandboxSettings, Settings
 from app.tasks import registry
 from app.tasks.impl.exercises import BY_NAME
 from app.tasks.impl.spec import Case
 from tests.sandbox.tiers import offered_tiers, tier_settings
 
 # Longer limits than the sandbox suite's: JAX cases and the trusted check must not time out on a
-# loaded machine; the default result caps (not the suite's) are what is under test here.
+# loaded machine; the default result caps (not the suite's) are what is under test here. A fixed
+# case secret makes every attack's draw the same on every run (the draw itself is not the point).
 _DEFAULTS = SandboxSettings()
-SETTINGS = Settings(sandbox=tier_settings(
-    offered_tiers()[0], wall_seconds=20.0, cpu_seconds=8.0, max_result_items=_DEFAULTS.max_result_items,
-    max_result_bytes=_DEFAULTS.max_result_bytes, max_output_bytes=_DEFAULTS.max_output_bytes,
-))
+SETTINGS = Settings(
+    sandbox=tier_settings(
+        offered_tiers()[0], wall_seconds=20.0, cpu_seconds=8.0, max_result_items=_DEFAULTS.max_result_items,
+        max_result_bytes=_DEFAULTS.max_result_bytes, max_output_bytes=_DEFAULTS.max_output_bytes,
+    ),
+    impl=ImplSettings(case_secret="verdict-attack-suite"),
+)
 BUCKETS = {time_bucket(s) for s in (0.0, 5.0, 50.0)}
 # The service's CPU for one hostile grade: far below what a costly frame once took (~15 s), far
 # above what a grade really costs (tens of ms), so machine load cannot make it flaky.
