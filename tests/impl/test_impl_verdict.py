@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from app.graders.impl_decode import JaxClaim, Unsupported
 from app.graders.impl_jax import meets
 from app.graders.impl_source import denied_imports, extract_code
 from app.graders.impl_verdict import compare, decode
@@ -96,3 +97,43 @@ def test_extract_code(text: str, code: str | None) -> None:
 ])
 def test_denied_imports(source: str, denied: list[str]) -> None:
     assert denied_imports(source) == denied
+
+
+# Wire data the service refuses before building anything (the reporter applies the same rules).
+DEEP = [0]
+for _ in range(40):
+    DEEP = [DEEP]
+REFUSED = {
+    "too deep": DEEP,
+    "too many items": [0] * 10_001,
+    "too many items in nested lists": [[0] * 100] * 101,
+    "string too long": "x" * 4097,
+    "long strings count as items": ["x" * 4000] * 21,
+    "integer beyond 63 bits": [2**63],
+    "NaN": [float("nan")],
+    "infinity": {"$dict": [["a", float("inf")]]},
+    "tagged dict with a second key": {"$dict": [], "x": 1},
+    "unknown tag": {"$set": [1, 2]},
+    "dict pair of three": {"$dict": [[1, 2, 3]]},
+    "array kind outside the vocabulary": {"$array": {"kind": "complex", "shape": [1], "data": [1]}},
+    "array data deeper than its shape": {"$array": {"kind": "int", "shape": [1], "data": [[1]]}},
+    "jax mesh of one axis pair too long": {"$jax": {"kind": "int", "shape": [1], "data": [1],
+                                                   "mesh": [["x", 1, 2]], "spec": [None]}},
+    "jax spec without a mesh": {"$jax": {"kind": "int", "shape": [1], "data": [1], "mesh": None, "spec": ["x"]}},
+    "jax spec longer than the shape": {"$jax": {"kind": "int", "shape": [1], "data": [1],
+                                               "mesh": [["x", 8]], "spec": ["x", None]}},
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_wire_data_breaking_a_cap_decodes_to_unsupported(name: str) -> None:
+    assert isinstance(decode(REFUSED[name]), Unsupported)
+
+
+def test_well_formed_jax_claim_decodes_to_a_claim_only() -> None:
+    wire = {"$jax": {"kind": "float", "shape": [2, 1], "data": [[1.0], [2.0]], "mesh": [["data", 2]],
+                     "spec": [["data"], None]}}
+    claim = decode(wire)
+    assert isinstance(claim, JaxClaim)
+    assert claim.mesh == (("data", 2),) and claim.spec == (("data",), None)
+    assert claim.placement()["spec"] == [["data"], None]

@@ -16,6 +16,7 @@ from app.graders.impl_verdict import Reason
 from app.tasks.impl import reference
 from app.tasks.impl.exercises import BY_NAME
 from tests.impl.verdict_attack_support import SETTINGS, assert_earned_nothing, grade_hostile
+from tests.sandbox.tiers import offered_tiers, tier_settings
 
 
 def reasons(graded) -> set[str]:
@@ -381,3 +382,14 @@ def test_constant_answer_with_deliberate_timeouts_earns_nothing() -> None:
     assert_earned_nothing(graded)
     assert graded.result.details.get("rule") == "constant_answer"
     assert graded.result.details["counts"].get("timeout")
+
+
+@pytest.mark.parametrize("tier", offered_tiers())
+def test_forged_oversized_frame_earns_nothing_on_every_tier(tier: str) -> None:
+    settings = SETTINGS.model_copy(update={"sandbox": tier_settings(
+        tier, wall_seconds=20.0, cpu_seconds=8.0, max_result_items=SETTINGS.sandbox.max_result_items,
+        max_result_bytes=SETTINGS.sandbox.max_result_bytes)})
+    graded = grade_hostile("kv_cache_bytes", frame_writer(value_frame("'\"' + 'Ж' * (8 << 20) + '\"'")), settings)
+    assert_earned_nothing(graded, costly=True)
+    assert graded.result.details["sandbox_tier"] == tier
+    assert reasons(graded) == {Reason.invalid_channel}

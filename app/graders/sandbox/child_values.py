@@ -136,7 +136,7 @@ def plain_problem(value, max_items):
                 elif x is not None and tx is not _bool:
                     stack.append((x, depth + 1, False))
             continue
-        items += 1
+        items += 1 + (_len(v) // 8 if t is _str else 0)  # long strings cost like the encoder counts them
         if items > max_items:
             return "too many items"
         problem = _scalar_problem(v, t)
