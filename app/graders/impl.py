@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from app.graders.impl_cases import case_seed, draw_cases
-from app.graders.impl_decode import JaxClaim
+from app.graders.impl_decode import JaxClaim, Returned
 from app.graders.impl_jax import TrustedCheckFailed, established_shardings, meets
 from app.graders.impl_source import denied_imports, extract_code
 from app.graders.impl_verdict import NOTHING, CaseVerdict, Reason, assess
@@ -56,7 +56,23 @@ def _constant(cases: list[Case], verdicts: list[CaseVerdict]) -> bool:
                 if not c.edge and c.raises is None and v.got is not NOTHING]
     if len(answered) < 2 or len({json.dumps(c.expected, sort_keys=True) for c, _ in answered}) < 2:
         return False
-    return len({repr(v.got) for _, v in answered}) == 1
+    return len({_canonical(v.got) for _, v in answered}) == 1
+
+
+def _canonical(value: Any) -> str:
+    """One text per answer: dict order, container type and float noise below the tolerance do
+    not make a constant look like several answers."""
+    def walk(v: Any) -> Any:
+        if isinstance(v, Returned | JaxClaim):
+            return walk(v.data)
+        if isinstance(v, dict):
+            return sorted(([walk(k), walk(x)] for k, x in v.items()), key=repr)
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, float):
+            return float(f"{v:.6g}")
+        return v if v is None or isinstance(v, bool | int | str) else repr(v)
+    return json.dumps(walk(value))
 
 
 def score(cases: list[Case], verdicts: list[CaseVerdict], *, all_or_nothing: bool) -> float:

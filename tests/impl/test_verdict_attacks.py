@@ -312,6 +312,19 @@ def test_constant_answers_earn_nothing(constant: str) -> None:
     assert_earned_nothing(graded)
 
 
+def test_constant_disguised_by_key_order_and_float_noise_earns_nothing() -> None:
+    graded = grade_hostile("training_cost", """
+        import random
+
+        def training_cost(*args):
+            items = [("flops", 1e24 * (1 + random.random() * 1e-9)), ("seconds", 3.6e6)]
+            random.shuffle(items)
+            return dict(items)
+    """)
+    assert_earned_nothing(graded)
+    assert graded.result.details.get("rule") == "constant_answer"
+
+
 def test_only_the_edge_cases_right_earns_nothing() -> None:
     """Right on a ring of one chip and on refusing unknown collectives, wrong everywhere else."""
     graded = grade_hostile("ring_collective_time", """

@@ -56,7 +56,8 @@ def _column_sum_cases(rng: random.Random) -> list[Case]:
 
 _MESH_NOTE = (
     "The function runs with 8 CPU devices available (`jax.devices()` has length 8); build any mesh "
-    "from them."
+    "from them. The grader reads the returned array's values and the mesh and `PartitionSpec` of its "
+    "`NamedSharding`, and places those values that way itself to check the sharding."
 )
 
 EXERCISES = [
