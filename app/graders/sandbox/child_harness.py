@@ -16,7 +16,9 @@ Two processes, so that the candidate never holds the result channel:
 
 The candidate shares the runner's process, so it can write anything to that pipe; what it can
 write there is exactly what it could return, and the reporter accepts one result after
-``armed`` and nothing else. The parent alone holds the expected values and compares.
+``armed`` and nothing else, checks it as plain data within the caps (child_values.py) and passes
+it on as compact ASCII JSON of bounded size. The parent alone holds the expected values, checks
+the data again and compares.
 
 The reporter forks *before* JAX starts its threads, which is why the candidate runs in the warm
 process rather than in a fork of it: forking a process that has started XLA's thread pools is
