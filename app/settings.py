@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -99,8 +99,10 @@ class SandboxSettings(BaseModel):
     max_file_bytes: int = Field(16 * 1024**2, gt=0)
     tmpfs_bytes: int = Field(64 * 1024**2, gt=0)  # bubblewrap tier: size of the private /tmp
     max_output_bytes: int = Field(1024**2, gt=0)  # stdout + stderr per case; more is a verdict
-    max_result_bytes: int = Field(16 * 1024**2, gt=0)
-    max_result_items: int = Field(1_000_000, gt=0)
+    # A returned value, as canonical JSON; kept small so that reading the largest result costs the
+    # service milliseconds (answers are a few hundred numbers at most).
+    max_result_bytes: int = Field(64 * 1024, gt=0)
+    max_result_items: int = Field(10_000, gt=0)
     host_devices: int = Field(8, gt=0)  # CPU devices JAX sees in the child
     warm_pool_size: int = Field(2, ge=0)  # per preload profile
     start_timeout_seconds: float = Field(60.0, gt=0)
@@ -111,6 +113,17 @@ class SandboxSettings(BaseModel):
     uid_count: int = Field(4096, gt=0)
     python_guards: bool = True  # audit-hook guard inside the child (defence in depth)
     ast_guard: bool = True  # reject submissions importing obviously forbidden modules
+
+
+class ImplSettings(BaseModel):
+    """Hidden cases of the impl split. Each grade draws fresh cases from a seed derived (HMAC)
+    from this secret and the request. Unset: a random secret per process, so cases cannot be
+    predicted, but a grade can be replayed only in the process that made it; set it (the same on
+    every worker) to replay grades later with ``scaling-grader impl replay``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    case_secret: SecretStr | None = None
 
 
 ENV_PREFIX = "SCALING_GRADER_"
@@ -137,6 +150,7 @@ class Settings(BaseSettings):
     tolerances: Tolerances = Tolerances()
     limits: Limits = Limits()
     sandbox: SandboxSettings = SandboxSettings()
+    impl: ImplSettings = ImplSettings()
     # Where verified copies of the pinned book chapters are kept, and an optional offline mirror.
     book_cache: Path = Path.home() / ".cache" / "scaling-grader" / "book"
     book_mirror: Path | None = None

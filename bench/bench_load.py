@@ -1,17 +1,29 @@
 """Load on the distributed setup: a real Redis, the API, RQ workers. 64 concurrent clients post
 a mix of numeric (inline) and impl (queued, waited for) gradings; printed: throughput, p50/p99
 per kind, errors (target: zero). Then the impl throughput with one worker against two, measured
-in the same run (ratio printed)."""
+in the same run (ratio printed).
+
+Then hostile load: the parent's CPU to read a result of the maximum size and judge it (target
+under 100 ms), and, on one embedded service, an honest impl grade's latency and the numeric p99
+while four hostile cases (forged result frames: huge, 2-byte characters, deep, wide) are in
+flight (targets: within 2x the solo latency, p99 under 50 ms), printed as ratios."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import json
+import os
+import threading
 import time
 
 import httpx
 
+from app.graders.impl_verdict import assess
+from app.graders.sandbox.executor import CaseRun
+from app.graders.sandbox.launch import Child, read_messages
+from app.settings import SandboxSettings
+from app.tasks.impl.spec import Case
 from bench.loadgen import request_bytes, run_load
 from bench.timing import percentile
 from tests.support.redis_server import RedisServer
@@ -54,6 +66,137 @@ def _impl_throughput(url: str, redis_url: str, workers: int, jobs: int) -> float
             stop_worker(p)
 
 
+def _max_size_lines(sb: SandboxSettings) -> dict[str, bytes]:
+    """Reporter-to-parent lines of the largest size the reporter lets through, in the shapes that
+    cost a JSON reader most (a forged line past the reporter could look like these too)."""
+    room = sb.max_result_bytes - 64
+    values = {
+        "escaped 2-byte characters": ["\u0416" * 4000] * (room // 24006),
+        "empty lists": [[]] * (room // 3),
+        "numbers": [0.123456789012345] * (room // 18),
+        "nesting": [[[[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]]] * (room // 42),
+    }
+    return {name: (json.dumps({"kind": "final", "result": {"kind": "value", "value": v}, "stage": 3},
+                              separators=(",", ":")) + "\n").encode() for name, v in values.items()}
+
+
+def max_result_read_cost() -> None:
+    """Parent CPU (this thread's) to read one maximum-size result off a pipe and judge it."""
+    sb = SandboxSettings()
+    case = Case(args=(), expected=1.0)
+    worst = 0.0
+    for name, line in _max_size_lines(sb).items():
+        r, w = os.pipe()
+        writer = threading.Thread(target=lambda w=w, line=line: (os.write(w, line), os.close(w)))
+        writer.start()
+        child = Child(popen=None, result_fd=r, tier="bench", seccomp=False, profile="bare",  # type: ignore[arg-type]
+                      uid=None, workdir=None, started=0.0)
+        start = time.thread_time()
+        while not child.lines and read_messages(child, 5.0):
+            pass
+        verdict = assess(case, CaseRun("finished", final=child.lines[0], armed={}), 1e-6, 1.0, sb.max_result_items)
+        spent = time.thread_time() - start
+        writer.join()
+        os.close(r)
+        worst = max(worst, spent)
+        print(f"   read+judge a {len(line) / 1024:.0f} KiB result of {name}: {spent * 1e3:.1f} ms CPU "
+              f"({verdict.verdict})")
+    print(f"   max-size result: worst {worst * 1e3:.1f} ms CPU, ratio to the 100 ms target {worst / 0.1:.2f}")
+
+
+# Each case of a hostile grade forges one costly result frame (chosen by its input), holds its
+# sandbox a second longer (so four such cases stay in flight) and exits.
+_HOSTILE = """
+import os, time
+
+FRAMES = [
+    '"' + "\\u0416" * (8 << 20) + '"',
+    "[" + ",".join(['"' + "\\u0416" * 4000 + '"'] * 5) + "]",
+    "[" * 30000 + "]" * 30000,
+    "[" + ",".join(["[]"] * 20000) + "]",
+]
+
+def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):
+    body = ('{"kind": "value", "value": ' + FRAMES[int(peak_flops) % 4] + '}').encode()
+    data = len(body).to_bytes(8, "big") + body
+    for fd in range(3, 64):
+        try:
+            os.set_blocking(fd, True)
+            os.write(fd, data)
+        except OSError:
+            pass
+    time.sleep(1.0)
+    os._exit(0)
+"""
+
+
+def _honest_latencies(url: str, n: int) -> list[float]:
+    out = []
+    with httpx.Client(base_url=url, timeout=300) as client:
+        for _ in range(n):
+            start = time.perf_counter()
+            body = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": _impl_completion(),
+                                                  "wait": 120}).json()
+            assert body["reward"] == 1.0, body
+            out.append(time.perf_counter() - start)
+    return out
+
+
+def hostile_run(smoke: bool) -> None:
+    """Embedded service: an honest impl grade and numeric p99, alone and with 4 hostile cases in
+    flight (two hostile grades, each running two cases at a time)."""
+    honest_n, seconds = (1, 2.0) if smoke else (5, 10.0)
+    env = {**ENV, "SCALING_GRADER_SANDBOX__MAX_PARALLEL_CASES": "2"}
+    hostile_code = "```python\n" + _HOSTILE + "\n```"
+    with running_server(env) as url:
+        port = int(url.rsplit(":", 1)[1])
+        numeric = [request_bytes("127.0.0.1", port, "POST", "/v1/grade", b) for b in _numeric_bodies()]
+        _honest_latencies(url, 2)  # warm the pool and the imports
+
+        def numeric_load() -> list[float]:
+            load = asyncio.run(run_load("127.0.0.1", port, lambda i: numeric[i % len(numeric)], connections=4,
+                                        seconds=seconds))
+            return load.latencies
+
+        solo_numeric = numeric_load()
+        solo = _honest_latencies(url, honest_n)
+        stop = threading.Event()
+        hostile_rewards: list[float] = []
+
+        def hostile_loop(k: int) -> None:
+            with httpx.Client(base_url=url, timeout=300) as client:
+                i = 0
+                while not stop.is_set():
+                    i += 1  # a new completion text each time: fresh cases, no idempotent reuse
+                    text = hostile_code + f"\n# attempt {k}-{i}\n"
+                    body = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": text,
+                                                          "wait": 120}).json()
+                    hostile_rewards.append(body.get("reward", -1.0))
+
+        loops = [threading.Thread(target=hostile_loop, args=(k,)) for k in range(2)]
+        for t in loops:
+            t.start()
+        time.sleep(1.0)  # let the hostile cases get going
+        try:
+            under_numeric: list[float] = []
+            numeric_thread = threading.Thread(target=lambda: under_numeric.extend(numeric_load()))
+            numeric_thread.start()
+            under = _honest_latencies(url, honest_n)
+            numeric_thread.join()
+        finally:
+            stop.set()
+            for t in loops:
+                t.join()
+    solo_s, under_s = percentile(solo, 0.5), percentile(under, 0.5)
+    p99_solo, p99_under = (percentile(x, 0.99) * 1e3 for x in (solo_numeric, under_numeric))
+    print(f"   honest impl grade: solo {solo_s:.2f} s, with 4 hostile cases in flight {under_s:.2f} s, "
+          f"ratio {under_s / solo_s:.2f} (target <= 2)")
+    print(f"   numeric p99: solo {p99_solo:.1f} ms, with hostile cases {p99_under:.1f} ms, "
+          f"ratio to the 50 ms target {p99_under / 50:.2f}")
+    earned = sum(max(r, 0.0) for r in hostile_rewards)
+    print(f"   hostile grades: {len(hostile_rewards)} finished, rewards earned {earned}")
+
+
 def main(smoke: bool) -> None:
     seconds, impl_jobs = (3.0, 4) if smoke else (20.0, 30)
     redis = RedisServer().start()
@@ -94,3 +237,5 @@ def main(smoke: bool) -> None:
             print(f"   impl throughput: 1 worker {one:.2f}/s, 2 workers {two:.2f}/s, ratio {two / one:.2f}")
     finally:
         redis.close()
+    max_result_read_cost()
+    hostile_run(smoke)

@@ -1,65 +1,133 @@
-"""Grade an implementation exercise: extract the submitted function, run it on every hidden case
-in its own fresh sandbox child, compare each returned value in the parent.
+"""Grade an implementation exercise: extract the submitted function, draw this grade's hidden
+cases (app/graders/impl_cases.py), run each in its own fresh sandbox child, judge each returned
+value in the parent, establish JAX sharding facts in a trusted child, and score.
+
+Scoring (docs/impl.md): general cases count one each; edge cases (degenerate inputs and cases
+that must raise) count in proportion to the general cases passed, so raising everywhere or
+answering only the degenerate inputs earns nothing; and a submission that returns the same value
+for every general case (whose expected values are pairwise distinct) earns nothing.
 
 Thread-safe: in embedded mode each grade runs in a worker thread, and all of them share the
 process-wide sandbox (and its warm pool)."""
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from app.graders.impl_cases import case_seed, draw_cases
+from app.graders.impl_decode import JaxClaim, Returned
+from app.graders.impl_jax import TrustedCheckFailed, established_shardings, meets
 from app.graders.impl_source import denied_imports, extract_code
-from app.graders.impl_verdict import judge_case
+from app.graders.impl_verdict import NOTHING, CaseVerdict, Reason, assess
 from app.graders.result import GradeResult, Outcome
 from app.graders.sandbox import get_sandbox
 from app.tasks.impl.exercises import get_exercise
 
 if TYPE_CHECKING:
     from app.graders.dispatch import GradeOptions
+    from app.graders.sandbox import Sandbox
     from app.settings import Settings
     from app.tasks.base import Task
-    from app.tasks.impl.spec import Exercise
+    from app.tasks.impl.spec import Case, Exercise
+
+CONSTANT_ANSWER = "constant_answer"
 
 
 def _result(outcome: Outcome, reward: float, why: str, details: dict[str, Any]) -> GradeResult:
     return GradeResult(grading="impl", outcome=outcome, reward=reward, explanation=why, details=details)
 
 
-def grade_source(exercise: Exercise, source: str, *, all_or_nothing: bool, settings: Settings) -> GradeResult:
+def _check_shardings(box: Sandbox, cases: list[Case], verdicts: list[CaseVerdict], max_items: int) -> None:
+    """Re-establish, in a trusted child, the sharding of every array whose values passed."""
+    todo = [i for i, (c, v) in enumerate(zip(cases, verdicts, strict=True))
+            if c.sharding is not None and v.verdict == "passed" and isinstance(v.got, JaxClaim)]
+    facts = established_shardings(box, [verdicts[i].got for i in todo], max_items)
+    for i, fact in zip(todo, facts, strict=True):
+        if not meets(cases[i].sharding or {}, fact):
+            verdicts[i].verdict, verdicts[i].reason = "wrong", Reason.sharding_not_as_asked
+
+
+def _constant(cases: list[Case], verdicts: list[CaseVerdict]) -> bool:
+    """The general cases that returned a value (two or more) all returned the same one, although
+    their expected answers differ. Failing the other cases on purpose does not evade it."""
+    answered = [(c, v) for c, v in zip(cases, verdicts, strict=True)
+                if not c.edge and c.raises is None and v.got is not NOTHING]
+    if len(answered) < 2 or len({json.dumps(c.expected, sort_keys=True) for c, _ in answered}) < 2:
+        return False
+    return len({_canonical(v.got) for _, v in answered}) == 1
+
+
+def _canonical(value: Any) -> str:
+    """One text per answer: dict order, container type and float noise below the tolerance do
+    not make a constant look like several answers."""
+    def walk(v: Any) -> Any:
+        if isinstance(v, Returned | JaxClaim):
+            return walk(v.data)
+        if isinstance(v, dict):
+            return sorted(([walk(k), walk(x)] for k, x in v.items()), key=repr)
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, float):
+            return float(f"{v:.6g}")
+        return v if v is None or isinstance(v, bool | int | str) else repr(v)
+    return json.dumps(walk(value))
+
+
+def score(cases: list[Case], verdicts: list[CaseVerdict], *, all_or_nothing: bool) -> float:
+    general = [v.verdict == "passed" for c, v in zip(cases, verdicts, strict=True) if not c.edge]
+    edge = [v.verdict == "passed" for c, v in zip(cases, verdicts, strict=True) if c.edge]
+    if all_or_nothing:
+        return 1.0 if all(general) and all(edge) else 0.0
+    share = sum(general) / len(general) if general else 0.0
+    return (sum(general) + sum(edge) * share) / (len(general) + len(edge))
+
+
+def grade_source(exercise: Exercise, source: str, *, all_or_nothing: bool, settings: Settings,
+                 seed: str) -> GradeResult:
+    """Grade source on the cases the seed draws (see impl_cases)."""
     sb = settings.sandbox
     box = get_sandbox(sb)
-    details: dict[str, Any] = {"exercise": exercise.name, "entry": exercise.entry}
+    details: dict[str, Any] = {"exercise": exercise.name, "entry": exercise.entry, "case_seed": seed}
     if sb.ast_guard:
         denied = denied_imports(source)
         if denied:
-            details["rejected_imports"] = denied
+            details["rejected_imports"] = sorted({d.split(".")[0] for d in denied})  # deny-list names only
             return _result(Outcome.incorrect, 0.0, "the code imports modules the sandbox forbids", details)
-    cases = exercise.hidden_cases()
+    cases = draw_cases(exercise, seed, settings)
 
-    def run(case: Any) -> dict[str, Any]:
+    def run(case: Case) -> tuple[CaseVerdict, str]:
         outcome = box.run(source, exercise.entry, list(case.args), case.kwargs, profile=exercise.profile)
-        return judge_case(case, outcome, exercise.rtol, sb.cpu_seconds) | {"tier": outcome.tier}
+        return assess(case, outcome, exercise.rtol, sb.cpu_seconds, sb.max_result_items), outcome.tier
 
     with ThreadPoolExecutor(max_workers=min(sb.max_parallel_cases, len(cases))) as pool:
-        verdicts = list(pool.map(run, cases))
-    tiers = {v.pop("tier") for v in verdicts}
-    details["sandbox_tier"] = ",".join(sorted(tiers))
-    details["cases"] = [{"case": i, **v} for i, v in enumerate(verdicts)]
+        ran = list(pool.map(run, cases))
+    verdicts = [v for v, _ in ran]
+    details["sandbox_tier"] = ",".join(sorted({tier for _, tier in ran}))
+    if any(v.verdict == "sandbox_fault" for v in verdicts):
+        # Fail closed: a case that never ran says nothing about the code.
+        details["cases"] = [{"case": i, **v.public()} for i, v in enumerate(verdicts)]
+        faults = sum(v.verdict == "sandbox_fault" for v in verdicts)
+        return _result(Outcome.sandbox_error, 0.0, f"the sandbox failed on {faults} case(s)", details)
+    try:
+        _check_shardings(box, cases, verdicts, sb.max_result_items)
+    except TrustedCheckFailed:
+        details["cases"] = [{"case": i, **v.public()} for i, v in enumerate(verdicts)]
+        return _result(Outcome.sandbox_error, 0.0, "the trusted sharding check failed", details)
+    details["cases"] = [{"case": i, **v.public()} for i, v in enumerate(verdicts)]
     counts: dict[str, int] = {}
     for v in verdicts:
-        counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+        counts[v.verdict] = counts.get(v.verdict, 0) + 1
     details["counts"] = counts
     passed, total = counts.get("passed", 0), len(verdicts)
-    if counts.get("sandbox_fault"):
-        # Fail closed: a case that never ran says nothing about the code.
-        why = f"the sandbox failed on {counts['sandbox_fault']} case(s)"
-        return _result(Outcome.sandbox_error, 0.0, why, details)
-    fraction = passed / total
-    reward = (1.0 if passed == total else 0.0) if all_or_nothing else fraction
+    if _constant(cases, verdicts):
+        details["rule"] = CONSTANT_ANSWER
+        return _result(Outcome.incorrect, 0.0, "the same answer for every input earns nothing", details)
+    reward = score(cases, verdicts, all_or_nothing=all_or_nothing)
     if passed == total:
         outcome = Outcome.correct
-    elif passed:
+    elif score(cases, verdicts, all_or_nothing=False) > 0:
         outcome = Outcome.partial
     elif counts.get("timeout") == total:
         outcome = Outcome.timeout
@@ -76,7 +144,8 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
     if source is None:
         return _result(Outcome.no_answer, 0.0, f"no Python code defining {exercise.entry}() found",
                        {"exercise": exercise.name, "entry": exercise.entry})
-    return grade_source(exercise, source, all_or_nothing=options.all_or_nothing, settings=settings)
+    seed = case_seed(settings, exercise.task_id, completion)
+    return grade_source(exercise, source, all_or_nothing=options.all_or_nothing, settings=settings, seed=seed)
 
 
 def sandbox_status(settings: Settings) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def test_exercise_table_lists_every_exercise(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| `impl/")]
     assert [r.split("`")[1] for r in rows] == [e.task_id for e in ALL]
-    assert f"{len(ALL)} exercises, {sum(len(e.hidden_cases()) for e in ALL)} hidden cases" in out
+    assert f"{len(ALL)} exercises, {sum(e.case_count for e in ALL)} hidden cases per grade" in out
 
 
 def test_sandbox_status_reports_the_tier_in_force(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from app.graders.impl import grade_source
+from app.graders.impl_cases import random_case_seed
 from app.settings import SandboxSettings, Settings
 from app.tasks.impl import reference
 from app.tasks.impl.bank import load_bank
@@ -42,30 +43,56 @@ def test_prompt_never_carries_the_solution_or_cases(exercise) -> None:
     body = inspect.getsource(getattr(reference, exercise.entry)).splitlines()[1:]
     assert not [line for line in body if len(line.strip()) > 20 and line.strip() in prompt]
     assert f"def {exercise.entry}(" in prompt
-    for case in exercise.hidden_cases():
-        if isinstance(case.expected, float):
-            assert repr(case.expected) not in prompt
+    for seed in range(20):
+        for case in exercise.hidden_cases(seed):
+            if isinstance(case.expected, float):
+                assert repr(case.expected) not in prompt
 
 
 @pytest.mark.parametrize("exercise", ALL, ids=lambda e: e.name)
-def test_hidden_cases_are_deterministic_and_json_safe(exercise) -> None:
+def test_hidden_cases_are_reproducible_per_seed_and_json_safe(exercise) -> None:
     import json
 
-    first, second = exercise.hidden_cases(), exercise.hidden_cases()
-    assert first == second and len(first) >= 2
+    first, second = exercise.hidden_cases(7), exercise.hidden_cases(7)
+    assert first == second and len(first) == exercise.case_count >= 2
     json.dumps([(c.args, c.expected) for c in first])
 
 
 @pytest.mark.parametrize("exercise", ALL, ids=lambda e: e.name)
+def test_every_seed_draws_new_inputs_with_distinct_general_answers(exercise) -> None:
+    """Fresh cases per grade: over 50 seeds few general inputs ever repeat (a table of past inputs
+    covers next to nothing), and within one draw the general answers are pairwise distinct (so a
+    constant matches one at most)."""
+    import json
+
+    seen: set[str] = set()
+    repeats = drawn = 0
+    for seed in range(50):
+        cases = exercise.hidden_cases(seed)
+        assert len(cases) == exercise.case_count
+        general = [json.dumps(c.expected, sort_keys=True) for c in cases if not c.edge]
+        assert len(set(general)) == len(general)
+        for c in cases:
+            if not c.edge:
+                key = json.dumps(c.args)
+                repeats += key in seen
+                drawn += 1
+                seen.add(key)
+    assert repeats / drawn < 0.05, "inputs repeat across seeds: a table could cover them"
+
+
+@pytest.mark.parametrize("exercise", ALL, ids=lambda e: e.name)
 def test_reference_passes_every_case(exercise) -> None:
-    result = grade_source(exercise, reference_source(exercise.name), all_or_nothing=False, settings=SETTINGS)
-    assert [c["verdict"] for c in result.details["cases"]] == ["passed"] * len(exercise.hidden_cases())
+    result = grade_source(exercise, reference_source(exercise.name), all_or_nothing=False, settings=SETTINGS,
+                          seed=random_case_seed())
+    assert [c["verdict"] for c in result.details["cases"]] == ["passed"] * exercise.case_count
     assert result.outcome == "correct" and result.reward == 1.0
 
 
 @pytest.mark.parametrize("exercise", ALL, ids=lambda e: e.name)
 def test_plausibly_wrong_solution_fails(exercise) -> None:
-    result = grade_source(exercise, WRONG[exercise.name], all_or_nothing=False, settings=SETTINGS)
+    result = grade_source(exercise, WRONG[exercise.name], all_or_nothing=False, settings=SETTINGS,
+                          seed=random_case_seed())
     verdicts = [c["verdict"] for c in result.details["cases"]]
     assert "wrong" in verdicts, result.details
     assert result.reward < 1.0 and result.outcome in ("partial", "incorrect")

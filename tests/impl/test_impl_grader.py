@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from app.graders.dispatch import GradeOptions, grade
+from app.graders.impl_cases import case_seed, draw_cases
 from app.graders.result import Outcome
 from app.settings import SandboxSettings, Settings
 from app.tasks import registry
@@ -26,6 +27,11 @@ def completion(code: str) -> str:
 
 def task(name: str):
     return registry.resolve_task(f"impl/{name}", SETTINGS)
+
+
+def cases_for(name: str, text: str):
+    """The cases a grade of this completion draws (the test shares the service's secret)."""
+    return draw_cases(BY_NAME[name], case_seed(SETTINGS, f"impl/{name}", text), SETTINGS)
 
 
 def test_registry_and_dispatch_know_the_split() -> None:
@@ -46,7 +52,7 @@ def test_correct_completion_earns_full_reward_with_per_case_verdicts() -> None:
 def test_partial_credit_and_all_or_nothing() -> None:
     # Right only where the FSDP and TP axis counts are equal: some cases pass, some do not.
     wrong = WRONG["fsdp_tp_optimal_x"]
-    cases = BY_NAME["fsdp_tp_optimal_x"].hidden_cases()
+    cases = cases_for("fsdp_tp_optimal_x", completion(wrong))
     expected_passes = sum(c.args[3] == c.args[4] for c in cases)
     assert 0 < expected_passes < len(cases)
     fraction = grade(task("fsdp_tp_optimal_x"), completion(wrong), GradeOptions(), SETTINGS)
@@ -72,8 +78,10 @@ def test_details_never_reveal_hidden_inputs_or_expected_values() -> None:
     typed = "def kv_cache_bytes(*args):\n    return type(repr(args), (), {})()\n"
     by_type = grade(task(name), completion(typed), GradeOptions(), SETTINGS)
     assert {c["verdict"] for c in by_type.details["cases"]} == {"wrong"}
+    assert all(r.reward == 0.0 for r in (leaky, by_name, by_type))
     text = "".join(json.dumps(r.model_dump()) for r in (off_by_two, leaky, by_name, by_type))
-    for case in BY_NAME[name].hidden_cases():
+    drawn = [c for code in (WRONG[name], nosy, named, typed) for c in cases_for(name, completion(code))]
+    for case in drawn:
         assert str(case.expected) not in text
         assert repr(case.args) not in text and str(case.args[1]) not in text
         assert "_".join(str(a) for a in case.args) not in text

@@ -7,8 +7,10 @@ import math
 
 import pytest
 
+from app.graders.impl_decode import JaxClaim, Unsupported
+from app.graders.impl_jax import meets
 from app.graders.impl_source import denied_imports, extract_code
-from app.graders.impl_verdict import check_sharding, compare, decode
+from app.graders.impl_verdict import compare, decode
 
 # (expected, returned as the harness encodes it, matches)
 NUMBERS = [
@@ -29,10 +31,17 @@ STRUCTURES = [
     ({"a": 1.0}, {"a": 1.0}, False),  # an untagged dict is not what the harness sends for a dict
     ([1, 2], [1, 2], True),
     ([1, 2], [2, 1], False),
-    ([[1.0, 2.0]], {"$array": {"dtype": "float32", "shape": [1, 2], "data": [[1.0, 2.0]]}}, True),
-    ([[1.0, 2.0]], {"$array": {"dtype": "float32", "shape": [1, 2], "data": [[1.0, 2.5]]}}, False),
+    ([[1.0, 2.0]], {"$array": {"kind": "float", "shape": [1, 2], "data": [[1.0, 2.0]]}}, True),
+    ([[1.0, 2.0]], {"$array": {"kind": "float", "shape": [1, 2], "data": [[1.0, 2.5]]}}, False),
+    # data that does not have the declared shape, an unknown kind, extra keys
+    ([[1.0, 2.0]], {"$array": {"kind": "float", "shape": [2, 1], "data": [[1.0, 2.0]]}}, False),
+    ([[1.0, 2.0]], {"$array": {"kind": "float32", "shape": [1, 2], "data": [[1.0, 2.0]]}}, False),
+    ([[1.0, 2.0]], {"$array": {"kind": "float", "shape": [1, 2], "data": [[1.0, 2.0]], "x": 1}}, False),
     (1.0, {"$unsupported": "Liar"}, False),
+    (1.0, {"$unsupported": None}, False),
     ([1], {"$dict": "not pairs"}, False),
+    ({"a": 1}, {"$dict": [[["a"], 1]]}, False),  # a list is no dict key
+    (1, 2**64, False),  # integers beyond 63 bits are not plain data
 ]
 
 
@@ -42,18 +51,19 @@ def test_compare(expected, encoded, matches) -> None:
     assert (reason is None) == matches, reason
 
 
-SHARDED = {"$array": {"dtype": "float32", "shape": [8, 2], "data": [[0.0, 0.0]] * 8,
-                      "sharding": {"spec": ["data", None], "num_devices": 8}}}
+FACTS = {"spec": ["data", None], "mesh": {"data": 8}, "num_devices": 8, "shard_shapes": [[1, 2]],
+         "fully_replicated": False}
 
 
-@pytest.mark.parametrize(("required", "encoded", "ok"), [
-    ({"spec": ["data", None], "num_devices": 8}, SHARDED, True),
-    ({"spec": [None, "data"]}, SHARDED, False),
-    ({"num_devices": 8}, {"$array": {"dtype": "float32", "shape": [1], "data": [0.0]}}, False),
-    ({"num_devices": 8}, [0.0], False),
+@pytest.mark.parametrize(("required", "facts", "ok"), [
+    ({"spec": ["data", None], "num_devices": 8}, FACTS, True),
+    ({"spec": [None, "data"]}, FACTS, False),
+    ({"shard_shapes": [(1, 2)]}, FACTS, True),
+    ({"fully_replicated": True}, FACTS, False),
+    ({"num_devices": 8}, None, False),  # the trusted child could not place the declaration
 ])
-def test_check_sharding(required, encoded, ok) -> None:
-    assert (check_sharding(required, decode(encoded)) is None) == ok
+def test_sharding_requirements_against_established_facts(required, facts, ok) -> None:
+    assert meets(required, facts) == ok
 
 
 FENCE = "```"
@@ -87,3 +97,43 @@ def test_extract_code(text: str, code: str | None) -> None:
 ])
 def test_denied_imports(source: str, denied: list[str]) -> None:
     assert denied_imports(source) == denied
+
+
+# Wire data the service refuses before building anything (the reporter applies the same rules).
+DEEP = [0]
+for _ in range(40):
+    DEEP = [DEEP]
+REFUSED = {
+    "too deep": DEEP,
+    "too many items": [0] * 10_001,
+    "too many items in nested lists": [[0] * 100] * 101,
+    "string too long": "x" * 4097,
+    "long strings count as items": ["x" * 4000] * 21,
+    "integer beyond 63 bits": [2**63],
+    "NaN": [float("nan")],
+    "infinity": {"$dict": [["a", float("inf")]]},
+    "tagged dict with a second key": {"$dict": [], "x": 1},
+    "unknown tag": {"$set": [1, 2]},
+    "dict pair of three": {"$dict": [[1, 2, 3]]},
+    "array kind outside the vocabulary": {"$array": {"kind": "complex", "shape": [1], "data": [1]}},
+    "array data deeper than its shape": {"$array": {"kind": "int", "shape": [1], "data": [[1]]}},
+    "jax mesh of one axis pair too long": {"$jax": {"kind": "int", "shape": [1], "data": [1],
+                                                   "mesh": [["x", 1, 2]], "spec": [None]}},
+    "jax spec without a mesh": {"$jax": {"kind": "int", "shape": [1], "data": [1], "mesh": None, "spec": ["x"]}},
+    "jax spec longer than the shape": {"$jax": {"kind": "int", "shape": [1], "data": [1],
+                                               "mesh": [["x", 8]], "spec": ["x", None]}},
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_wire_data_breaking_a_cap_decodes_to_unsupported(name: str) -> None:
+    assert isinstance(decode(REFUSED[name]), Unsupported)
+
+
+def test_well_formed_jax_claim_decodes_to_a_claim_only() -> None:
+    wire = {"$jax": {"kind": "float", "shape": [2, 1], "data": [[1.0], [2.0]], "mesh": [["data", 2]],
+                     "spec": [["data"], None]}}
+    claim = decode(wire)
+    assert isinstance(claim, JaxClaim)
+    assert claim.mesh == (("data", 2),) and claim.spec == (("data",), None)
+    assert claim.placement()["spec"] == [["data"], None]

@@ -16,12 +16,14 @@ Two processes, so that the candidate never holds the result channel:
 
 The candidate shares the runner's process, so it can write anything to that pipe; what it can
 write there is exactly what it could return, and the reporter accepts one result after
-``armed`` and nothing else. The parent alone holds the expected values and compares.
+``armed`` and nothing else, checks it as plain data within the caps (child_values.py) and passes
+it on as compact ASCII JSON of bounded size. The parent alone holds the expected values, checks
+the data again and compares.
 
 The reporter forks *before* JAX starts its threads, which is why the candidate runs in the warm
 process rather than in a fork of it: forking a process that has started XLA's thread pools is
 unsafe."""
-# ruff: noqa: F821 - runner() and _FRAME_HEADER come from child_runner.py, earlier in the program
+# ruff: noqa: F821 - runner(), _FRAME_HEADER and plain_problem come from earlier parts of the program
 
 import contextlib
 import json
@@ -32,34 +34,41 @@ import sys
 
 
 class _Frames:
-    """Accepts ``ready``, ``armed`` and then exactly one result, in that order."""
+    """Accepts ``ready``, ``armed`` and then exactly one result, in that order. The result is
+    checked as plain data (child_values.plain_problem) and re-encoded compactly: what reaches the
+    parent is canonical ASCII JSON of at most ``max_bytes`` bytes, whatever the runner wrote."""
 
     ORDER = ("ready", "armed", "result")
     RESULT_KINDS = ("value", "raised", "oversize")
 
-    def __init__(self, out_fd, max_bytes, ack_fd):
-        self.out_fd, self.max_bytes, self.ack_fd = out_fd, max_bytes, ack_fd
-        self.buf = b""
+    def __init__(self, out_fd, max_bytes, max_items, ack_fd):
+        self.out_fd, self.max_bytes, self.max_items, self.ack_fd = out_fd, max_bytes, max_items, ack_fd
+        self.chunks, self.have = [], 0
         self.stage = 0
         self.result = None
         self.error = None
 
     def feed(self, data):
+        """Linear in what arrives: chunks are joined only once a whole frame is present."""
         if self.error:
             return
-        self.buf += data
-        while self.error is None and len(self.buf) >= _FRAME_HEADER:
-            n = int.from_bytes(self.buf[:_FRAME_HEADER], "big")
+        self.chunks.append(data)
+        self.have += len(data)
+        while self.error is None and self.have >= _FRAME_HEADER:
+            head = self.chunks[0] if len(self.chunks[0]) >= _FRAME_HEADER else b"".join(self.chunks)
+            n = int.from_bytes(head[:_FRAME_HEADER], "big")
             if n > self.max_bytes:
                 self._fail("result larger than the limit")
                 return
-            if len(self.buf) < _FRAME_HEADER + n:
+            if self.have < _FRAME_HEADER + n:
                 return
-            body, self.buf = self.buf[_FRAME_HEADER:_FRAME_HEADER + n], self.buf[_FRAME_HEADER + n:]
+            buf = b"".join(self.chunks)
+            body, rest = buf[_FRAME_HEADER:_FRAME_HEADER + n], buf[_FRAME_HEADER + n:]
+            self.chunks, self.have = ([rest] if rest else []), len(rest)
             self._accept(body)
 
     def _fail(self, why):
-        self.error, self.buf = why, b""
+        self.error, self.chunks, self.have = why, [], 0
 
     def _accept(self, body):
         try:
@@ -80,25 +89,29 @@ class _Frames:
                 os.write(self.ack_fd, b"k")
                 os.close(self.ack_fd)
         elif kind in self.RESULT_KINDS:
-            self.result = _clean_result(msg)
+            self.result = self._clean_result(msg)
         else:
             self._fail("unknown result kind")
             return
         self.stage += 1
 
-
-def _clean_result(msg):
-    kind = msg["kind"]
-    if kind == "value":
-        return {"kind": "value", "value": msg.get("value")}
-    if kind == "raised":
-        return {"kind": "raised", "type": str(msg.get("type"))[:100],
-                "message": str(msg.get("message"))[:300]}
-    return {"kind": "oversize"}
+    def _clean_result(self, msg):
+        kind = msg["kind"]
+        if kind == "raised":
+            name = msg.get("type")
+            return {"kind": "raised", "type": name if isinstance(name, str) and len(name) <= 40 else None}
+        if kind == "oversize":
+            return {"kind": "oversize"}
+        value = msg.get("value")
+        if plain_problem(value, self.max_items) is not None:
+            return {"kind": "invalid"}
+        if len(json.dumps(value, separators=(",", ":"), allow_nan=False)) > self.max_bytes:
+            return {"kind": "oversize"}  # 2-byte characters grow when escaped to ASCII
+        return {"kind": "value", "value": value}
 
 
 def emit(fd, message):
-    data = (json.dumps(message, allow_nan=True) + "\n").encode()
+    data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     while data:
         n = os.write(fd, data)
         data = data[n:]
@@ -107,7 +120,7 @@ def emit(fd, message):
 def reporter(cfg, pid, pipe_r, ack_w):
     out = cfg["result_fd"]
     os.close(0)
-    frames = _Frames(out, int(cfg["max_result_bytes"]), ack_w)
+    frames = _Frames(out, int(cfg["max_result_bytes"]), int(cfg["max_result_items"]), ack_w)
     try:
         waiter = os.pidfd_open(pid)
     except (AttributeError, OSError):

@@ -29,7 +29,7 @@ def task_for(exercise: Exercise) -> Task:
             "entry": exercise.entry,
             "language": "python",
             "needs_jax": exercise.profile == "jax",
-            "hidden_cases": len(exercise.hidden_cases()),
+            "hidden_cases": exercise.case_count,
         },
     )
 

@@ -5,43 +5,63 @@ from __future__ import annotations
 import random
 
 from app.tasks.impl import reference as ref
-from app.tasks.impl.spec import Case, Exercise
+from app.tasks.impl.spec import Case, Exercise, distinct
+
+_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_reduce", "all_gather")
+
+
+def _ring_case(rng: random.Random, i: int) -> Case:
+    args = (_KINDS[i], rng.randint(2**16, 2**34), rng.randint(2, 64), rng.uniform(1e10, 2e11), i % 2 == 0)
+    return Case(args, ref.ring_collective_time(*args))
 
 
 def _ring_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for kind in ("all_gather", "reduce_scatter", "all_reduce", "all_reduce", "all_gather"):
-        args = (kind, rng.choice([2**20, 2**27, 3 * 2**30]), rng.choice([4, 8, 16]),
-                rng.choice([4.5e10, 9e10]), rng.random() < 0.5)
-        cases.append(Case(args, ref.ring_collective_time(*args)))
-    cases.append(Case(("all_reduce", 2**20, 1, 4.5e10, True), 0.0))
-    cases.append(Case(("all_to_all", 2**20, 8, 4.5e10, True), raises="ValueError"))
+    cases = distinct(rng, _ring_case, len(_KINDS))
+    # Edge cases: a ring of one chip, and a collective the function must refuse.
+    cases.append(Case((rng.choice(_KINDS), rng.randint(2**16, 2**34), 1, rng.uniform(1e10, 2e11), True),
+                      0.0, edge=True))
+    cases.append(Case((rng.choice(["all_to_all", "broadcast", "permute", "allreduce"]), rng.randint(2**16, 2**30),
+                       rng.randint(2, 64), rng.uniform(1e10, 2e11), True), raises="ValueError", edge=True))
     return cases
 
 
 def _shape(rng: random.Random) -> list[int]:
-    return [rng.choice([1, 2, 4, 8, 16]) for _ in range(rng.choice([2, 3]))]
+    """A slice shape with more than one chip."""
+    while True:
+        shape = [rng.randint(1, 32) for _ in range(rng.choice([2, 3]))]
+        if max(shape) > 1:
+            return shape
+
+
+def _neighbor_case(rng: random.Random, i: int) -> Case:
+    shape = _shape(rng)
+    coord = [rng.randrange(n) for n in shape]
+    if i == 0:  # a chip on the edge of a ring axis: only wraparound links reach round
+        shape = [rng.randint(3, 16) for _ in range(3)]
+        coord = [rng.randrange(n) for n in shape]
+        coord[rng.randrange(3)] = 0
+    args = (shape, coord, i % 3 != 2)
+    return Case(args, ref.torus_neighbors(*args))
 
 
 def _neighbor_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for i in range(7):
-        shape = _shape(rng) if i else [4, 4, 4]
-        coord = [rng.randrange(n) for n in shape]
-        if i == 0:
-            coord = [0, 3, 0]
-        args = (shape, coord, i % 3 != 2)
-        cases.append(Case(args, ref.torus_neighbors(*args)))
-    cases.append(Case(([4, 4], [4, 0], True), raises="ValueError"))
+    cases = distinct(rng, _neighbor_case, 7)
+    shape = _shape(rng)
+    outside = [rng.randrange(n) for n in shape]
+    axis = rng.randrange(len(shape))
+    outside[axis] = rng.choice([-1, shape[axis], shape[axis] + rng.randint(1, 8)])
+    cases.append(Case((shape, outside, rng.random() < 0.5), raises="ValueError", edge=True))
     return cases
+
+
+def _stats_case(rng: random.Random, i: int) -> Case:
+    shape = _shape(rng) if i else [rng.randint(4, 16) for _ in range(3)]
+    args = (shape, i % 2 == 0)
+    return Case(args, ref.torus_stats(*args))
 
 
 def _stats_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for i in range(7):
-        args = (_shape(rng) if i else [16, 16, 16], i % 2 == 0)
-        cases.append(Case(args, ref.torus_stats(*args)))
-    return cases
+    return distinct(rng, _stats_case, 7)
 
 
 EXERCISES = [

@@ -1,8 +1,10 @@
 """JAX sharding on a CPU mesh of 8 host devices (the harness gives every child 8 devices).
 
 Expected values are computed here without JAX (small integer-valued float32 inputs, so every sum
-is exact); the sharding a returned jax.Array carries is described by the harness and checked
-against the properties each case requires."""
+is exact). The harness reads a returned jax.Array's values and the mesh and partition spec it
+declares as plain data; a trusted child that never ran candidate code places those values with
+that sharding and reports what it really is (app/graders/impl_jax.py), which is checked against
+the properties each case requires."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ def _matmul(a: list[list[float]], b: list[list[float]]) -> list[list[float]]:
 
 def _shard_rows_cases(rng: random.Random) -> list[Case]:
     cases = []
-    for rows, cols in ((8, 3), (16, 8), (32, 5)):
+    for _ in range(3):
+        rows, cols = 8 * rng.randint(1, 5), rng.randint(1, 8)
         x = _matrix(rng, rows, cols)
         need: dict[str, Any] = {"spec": ["data", None], "mesh": {"data": 8}, "num_devices": 8,
                                 "shard_shapes": [[rows // 8, cols]]}
@@ -32,7 +35,8 @@ def _shard_rows_cases(rng: random.Random) -> list[Case]:
 
 def _matmul_cases(rng: random.Random) -> list[Case]:
     cases = []
-    for b, d, f in ((8, 4, 4), (16, 8, 6)):
+    for _ in range(2):
+        b, d, f = 4 * rng.randint(1, 5), rng.randint(2, 8), 2 * rng.randint(1, 4)
         x, w = _matrix(rng, b, d), _matrix(rng, d, f)
         need = {"spec": ["data", "model"], "mesh": {"data": 4, "model": 2}, "num_devices": 8,
                 "shard_shapes": [[b // 4, f // 2]]}
@@ -42,7 +46,8 @@ def _matmul_cases(rng: random.Random) -> list[Case]:
 
 def _column_sum_cases(rng: random.Random) -> list[Case]:
     cases = []
-    for rows, cols in ((8, 4), (24, 3)):
+    for _ in range(2):
+        rows, cols = 8 * rng.randint(1, 4), rng.randint(2, 6)
         x = _matrix(rng, rows, cols)
         sums = [sum(col) for col in zip(*x, strict=True)]
         cases.append(Case((array(x),), sums, sharding={"fully_replicated": True, "num_devices": 8}))
@@ -51,7 +56,8 @@ def _column_sum_cases(rng: random.Random) -> list[Case]:
 
 _MESH_NOTE = (
     "The function runs with 8 CPU devices available (`jax.devices()` has length 8); build any mesh "
-    "from them."
+    "from them. The grader reads the returned array's values and the mesh and `PartitionSpec` of its "
+    "`NamedSharding`, and places those values that way itself to check the sharding."
 )
 
 EXERCISES = [

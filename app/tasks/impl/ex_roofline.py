@@ -5,38 +5,40 @@ from __future__ import annotations
 import random
 
 from app.tasks.impl import reference as ref
-from app.tasks.impl.spec import Case, Exercise
+from app.tasks.impl.spec import Case, Exercise, distinct
 
-_PEAKS = [1.97e14, 4.59e14, 9.18e14, 9.89e14, 2.25e15]
-_HBM = [8.2e11, 2.765e12, 3.35e12, 7.37e12, 8.0e12]
+# Ranges wide enough that no table of inputs can cover them: every grade draws its own values.
+
+
+def _roofline_case(rng: random.Random, i: int) -> Case:
+    args = (
+        rng.uniform(1e12, 1e16), rng.uniform(1e8, 1e12), rng.choice([0.0, rng.uniform(1e7, 1e11)]),
+        rng.uniform(1e14, 3e15), rng.uniform(5e11, 1e13), rng.uniform(2e10, 4e11), i % 2 == 0,
+    )
+    return Case(args, ref.roofline_time(*args))
 
 
 def _roofline_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for i in range(8):
-        args = (
-            rng.uniform(1e12, 1e16), rng.uniform(1e8, 1e12), rng.choice([0.0, rng.uniform(1e7, 1e11)]),
-            rng.choice(_PEAKS), rng.choice(_HBM), rng.choice([4.5e10, 9e10, 1.8e11]), i % 2 == 0,
-        )
-        cases.append(Case(args, ref.roofline_time(*args)))
-    return cases
+    return distinct(rng, _roofline_case, 8)
+
+
+def _matmul_case(rng: random.Random, i: int) -> Case:
+    args = (rng.randint(1, 8192), rng.randint(256, 16384), rng.randint(256, 65536), rng.choice([1, 2, 4]))
+    return Case(args, ref.matmul_cost(*args))
 
 
 def _matmul_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for _ in range(6):
-        args = (rng.choice([1, 8, 64, 512, 4096]), rng.choice([1024, 4096, 8192]),
-                rng.choice([4096, 16384, 28672]), rng.choice([1, 2, 4]))
-        cases.append(Case(args, ref.matmul_cost(*args)))
-    return cases
+    return distinct(rng, _matmul_case, 6)
+
+
+def _critical_batch_case(rng: random.Random, i: int) -> Case:
+    # bytes per weight cycles so that every draw has cases with and without a factor of 1
+    args = (rng.uniform(1e14, 3e15), rng.uniform(5e11, 1e13), (0.5, 2, 4, 1, 2)[i])
+    return Case(args, ref.critical_batch_size(*args))
 
 
 def _critical_batch_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for peak, bw in zip(_PEAKS, _HBM, strict=True):
-        args = (peak, bw, rng.choice([0.5, 1, 2, 4]))
-        cases.append(Case(args, ref.critical_batch_size(*args)))
-    return cases
+    return distinct(rng, _critical_batch_case, 5)
 
 
 EXERCISES = [

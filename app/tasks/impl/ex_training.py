@@ -5,44 +5,51 @@ from __future__ import annotations
 import random
 
 from app.tasks.impl import reference as ref
-from app.tasks.impl.spec import Case, Exercise
+from app.tasks.impl.spec import Case, Exercise, distinct
+
+
+def _training_case(rng: random.Random, i: int) -> Case:
+    args = (rng.uniform(1e8, 1e12), rng.uniform(1e10, 3e13), rng.randint(8, 16384),
+            rng.uniform(1e14, 3e15), rng.uniform(0.2, 0.7))
+    return Case(args, ref.training_cost(*args))
 
 
 def _training_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for _ in range(6):
-        args = (rng.choice([1.3e9, 8e9, 7e10, 4.05e11]), rng.choice([1e11, 2e12, 1.5e13]),
-                rng.choice([256, 2048, 8960]), rng.choice([4.59e14, 9.89e14]), rng.choice([0.3, 0.4, 0.55]))
-        cases.append(Case(args, ref.training_cost(*args)))
-    return cases
+    return distinct(rng, _training_case, 6)
+
+
+# FSDP and TP axis counts follow a fixed pattern (equal and unequal both occur in every draw);
+# the sizes are drawn.
+_AXES = ((1, 1), (2, 1), (1, 2), (2, 2), (3, 1), (1, 3))
+
+
+def _optimal_x_case(rng: random.Random, i: int) -> Case:
+    args = (rng.randint(10_000, 5_000_000), rng.randint(4096, 65536), 2 ** rng.randint(4, 14), *_AXES[i])
+    return Case(args, ref.fsdp_tp_optimal_x(*args))
 
 
 def _optimal_x_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for _ in range(6):
-        args = (rng.choice([48_000, 1_000_000, 4_190_000]), rng.choice([14336, 28672, 53248]),
-                rng.choice([64, 256, 2048, 8960]), rng.choice([1, 2]), rng.choice([1, 2]))
-        cases.append(Case(args, ref.fsdp_tp_optimal_x(*args)))
-    return cases
+    return distinct(rng, _optimal_x_case, len(_AXES))
+
+
+def _plan_case(rng: random.Random, i: int) -> Case:
+    args = (rng.randint(4096, 2_000_000), 128 * rng.randint(8, 128), 128 * rng.randint(32, 512),
+            2 ** rng.randint(2, 11), rng.uniform(2e10, 2e11), rng.uniform(1e14, 3e15), rng.choice([1, 2]), 1)
+    return Case(args, ref.fsdp_tp_plan(*args))
 
 
 def _plan_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for _ in range(6):
-        args = (rng.choice([16_384, 131_072, 1_048_576]), rng.choice([4096, 8192, 16384]),
-                rng.choice([16384, 28672, 53248]), rng.choice([16, 64, 256, 1024]),
-                rng.choice([4.5e10, 9e10]), rng.choice([4.59e14, 9.18e14]), rng.choice([1, 2]), 1)
-        cases.append(Case(args, ref.fsdp_tp_plan(*args)))
-    return cases
+    return distinct(rng, _plan_case, 6)
+
+
+def _kv_case(rng: random.Random, i: int) -> Case:
+    args = (rng.randint(1, 256), rng.randint(128, 131072), rng.randint(1, 128), rng.randint(1, 16),
+            rng.choice([64, 80, 96, 128, 256]), rng.choice([1, 2, 4]))
+    return Case(args, ref.kv_cache_bytes(*args))
 
 
 def _kv_cases(rng: random.Random) -> list[Case]:
-    cases = []
-    for _ in range(6):
-        args = (rng.choice([1, 8, 32, 128]), rng.choice([2048, 8192, 32768, 131072]),
-                rng.choice([32, 80, 126]), rng.choice([1, 8, 16]), rng.choice([64, 128]), rng.choice([1, 2]))
-        cases.append(Case(args, ref.kv_cache_bytes(*args)))
-    return cases
+    return distinct(rng, _kv_case, 6)
 
 
 EXERCISES = [

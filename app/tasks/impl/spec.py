@@ -1,13 +1,15 @@
 """What an implementation exercise is: a prompt with the function's signature and conventions,
-and a deterministic generator of hidden cases whose expected values are computed here, in the
-parent. Cases never leave the service; only their inputs are sent to a sandbox child."""
+and a generator of hidden cases whose expected values are computed here, in the parent, by the
+reference solution. Each grade draws its own cases from a seed (app/graders/impl_cases.py);
+cases never leave the service, only their inputs are sent to a sandbox child."""
 
 from __future__ import annotations
 
-import hashlib
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 
@@ -18,6 +20,9 @@ class Case:
     kwargs: dict[str, Any] = field(default_factory=dict)
     raises: str | None = None  # name of the exception the function must raise instead
     sharding: dict[str, Any] | None = None  # required properties of a returned jax.Array
+    # An edge case (a degenerate input, or one that must raise) earns credit only in proportion
+    # to the general cases passed: on its own it says nothing about the work.
+    edge: bool = False
 
 
 @dataclass(frozen=True)
@@ -37,10 +42,14 @@ class Exercise:
     def task_id(self) -> str:
         return f"impl/{self.name}"
 
-    def hidden_cases(self) -> list[Case]:
-        """The same cases on every call and every machine: seeded from the exercise name."""
-        seed = int.from_bytes(hashlib.sha256(self.name.encode()).digest()[:8], "big")
+    def hidden_cases(self, seed: int) -> list[Case]:
+        """The cases one seed draws (the same on every call and machine for that seed)."""
         return self.generate(random.Random(seed))
+
+    @cached_property
+    def case_count(self) -> int:
+        """How many cases every draw has (the structure is fixed; only the values vary)."""
+        return len(self.hidden_cases(0))
 
     def prompt(self) -> str:
         return (
@@ -61,3 +70,19 @@ def array(data: list[Any], dtype: str = "float32") -> dict[str, Any]:
         probe = probe[0] if probe else None
     return {"$array": {"dtype": dtype, "shape": shape, "data": data}}
 
+
+
+def distinct(rng: random.Random, make: Callable[[random.Random, int], Case], n: int) -> list[Case]:
+    """n general cases from make(rng, i), redrawing any whose expected value repeats an earlier
+    one: with pairwise distinct answers, a constant can match at most one general case."""
+    cases: list[Case] = []
+    seen: set[str] = set()
+    for i in range(n):
+        for _attempt in range(100):
+            case = make(rng, i)
+            key = json.dumps(case.expected, sort_keys=True)
+            if key not in seen:
+                break
+        seen.add(key)
+        cases.append(case)
+    return cases
