@@ -35,6 +35,9 @@ class Annotation:
     tolerance: float | None = None
     note: str | None = None
     reason: str | None = None
+    # Figures removed from the question's context, where the context states this question's own
+    # answer (an earlier worked answer, a table row); see tests/tasks/test_answers_not_served.py.
+    context_redact: tuple[str, ...] = ()
 
 
 def annotations_digest() -> str:
@@ -58,6 +61,7 @@ def _parse(key: str, body: dict) -> Annotation:
         tolerance=body.get("tolerance"),
         note=body.get("note"),
         reason=body.get("reason"),
+        context_redact=tuple(str(f) for f in body.get("context_redact", ())),
     )
     if grading == "numeric":
         if not values or not ann.ask:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,6 +95,21 @@ def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str) -> 
         body = _tail(body, budget)
         body = elided + body
     return f"{where}\n\n{body}".strip() if body else where
+
+
+REDACTED = "[omitted]"
+
+
+def _redact(context: str, figures: tuple[str, ...], key: str) -> str:
+    """The context with each figure (a number as written, standing alone) replaced: a context
+    must not state the answer of the question it comes with. A figure not found is an error, so
+    a stale annotation is noticed rather than silently ignored."""
+    for figure in figures:
+        pattern = re.compile(rf"(?<![\d.]){re.escape(figure)}(?!\d|\.\d)")
+        context, n = pattern.subn(REDACTED, context)
+        if not n:
+            raise AnnotationError(f"{key}: context_redact figure {figure!r} is not in the context")
+    return context
 
 
 def _tail(body: str, budget: int) -> str:
@@ -195,7 +211,7 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
                     id=tid,
                     split=SPLIT,
                     prompt=_prompt(
-                        _bounded_context(chapter, q, title),
+                        _redact(_bounded_context(chapter, q, title), ann.context_redact, key),
                         _hardware_block(named, records, headers),
                         question_md,
                         ann,
