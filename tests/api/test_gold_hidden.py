@@ -182,3 +182,31 @@ def test_tenants_file_refuses_a_non_boolean_reveal(tmp_path) -> None:
     path.write_text(f'[[tenant]]\nname = "x"\nkey_sha256 = "{digest}"\nreveal_expected = "yes"\n')
     with pytest.raises(TenantsFileError, match="reveal_expected"):
         load_tenants(path)
+
+
+def test_eval_report_keeps_expected_values_only_when_revealed(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from app.integrations.tasks import public_tasks
+    from tests.ecosystem.oracle import wrong
+    from tests.ecosystem.policy import PolicyFake
+    from tests.support.server import ROOT
+
+    tasks = public_tasks("synthetic", chapters=None, n=2, seed=5, url=None)
+    fake = PolicyFake({t["prompt"]: wrong(t["id"]) for t in tasks}).start()
+    try:
+        records = {}
+        for flag in ((), ("--reveal-expected",)):
+            out = tmp_path / ("revealed" if flag else "hidden")
+            done = subprocess.run(
+                [sys.executable, "-m", "app.cli", "eval", "--model", "policy", "--base-url", fake.base_url,
+                 "--split", "synthetic", "-n", "2", "--seed", "5", "--no-progress", "-o", str(out), *flag],
+                cwd=ROOT, env={**os.environ, "OPENAI_API_KEY": "x"}, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr[-2000:]
+            records[bool(flag)] = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    finally:
+        fake.stop()
+    assert all(r["values"] and all("expected" not in v for v in r["values"]) for r in records[False])
+    assert all(r["values"] and all(v["expected"] for v in r["values"]) for r in records[True])
