@@ -358,7 +358,7 @@ def parse_quantity(text: str | float | int) -> Quantity:
     return _parse_gold_text(text) if len(text) <= _MAX_CACHED_GOLD else _parse_one(text)
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=8192)  # inline references come from clients: bounded like every text-keyed cache
 def _parse_gold_text(text: str) -> Quantity:
     return _parse_one(text)
 
