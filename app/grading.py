@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import anyio
 
-from app.api.schemas import GradeRequest, completion_text
+from app.api.schemas import GradeRequest, completion_text, lacks_answer_message
 from app.errors import ApiError, JobPending, QueueUnavailable
 from app.graders import dispatch
 from app.graders.dispatch import JudgeSpec
-from app.graders.result import GradeResult, Outcome
+from app.graders.result import GradeResult, Outcome, shown_result
 from app.graders.units import parse_quantity
 from app.jobs.base import JobBackend, body_digest
 from app.jobs.execute import job_payload
@@ -120,12 +120,27 @@ class GradingService:
 
     def grade_now(self, task: Task, text: str, request: GradeRequest) -> GradeResult:
         start = time.perf_counter()
-        result = dispatch.grade(task, text, request.options(), self.settings)
+        if lacks_answer_message(request.completion):
+            # A transcript without the policy's turn: the rollout produced no answer, a scored 0
+            # (not a refusal, which a trainer would drop, nor a grade of someone else's text).
+            result = GradeResult(task_id=task.id or None, split=task.split or None, grading=task.grading,
+                                 outcome=Outcome.no_answer, reward=0.0,
+                                 explanation="the transcript has no assistant message to grade")
+        else:
+            result = dispatch.grade(task, text, request.options(), self.settings)
         record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start)
         return result
 
+    def shown(self, result: GradeResult, tenant: Tenant) -> GradeResult:
+        """The result as this tenant may see it: no gold unless its operator reveals it."""
+        return shown_result(result, tenant.reveals_expected(self.settings.reveal_expected))
+
     async def grade(self, request: GradeRequest, tenant: Tenant = LOCAL_TENANT) -> GradeResult:
         """The result, or JobPending if queued work outlasts the request's wait."""
+        return self.shown(await self._grade(request, tenant), tenant)
+
+    async def _grade(self, request: GradeRequest, tenant: Tenant) -> GradeResult:
+        """The full result (gold included, as stored for the job); callers show it via ``shown``."""
         request = apply_tenant_judge(request, tenant)
         task, text = self.prepare(request)
         inline = task.grading in INLINE_KINDS
@@ -183,7 +198,7 @@ class GradingService:
             chunk = inline[start : start + INLINE_CHUNK]
             graded = await anyio.to_thread.run_sync(lambda c=chunk: [self.grade_now(t, x, r) for _, t, x, r in c])
             for (i, *_), result in zip(chunk, graded, strict=True):
-                results[i] = result
+                results[i] = self.shown(result, tenant)
 
         async def one(request: GradeRequest) -> GradeResult | JobPending:
             try:

@@ -76,8 +76,12 @@ class JudgeSettings(BaseModel):
     backoff_seconds: float = Field(1.0, ge=0)  # first retry wait; doubles each time
     max_backoff_seconds: float = Field(20.0, ge=0)
     max_tokens: int = Field(256, gt=0, le=4096)
-    # Longest candidate response shown to the judge (the tail is kept: answers come last).
+    # Longest candidate response shown to the judge (its head and tail are kept).
     max_response_chars: int = Field(8000, gt=0)
+    # How the judge is asked for its verdict: a constrained answer where the endpoint supports one
+    # (`scaling-grader judge-check` probes which): vLLM-style guided choice, a JSON-schema
+    # response_format, or yes/no log-probabilities; "none" reads a free-text reply strictly.
+    constraint: Literal["none", "guided_choice", "json_schema", "logprobs"] = "none"
 
 
 class SandboxSettings(BaseModel):
@@ -158,6 +162,9 @@ class Settings(BaseSettings):
     book_base_url: str = "https://raw.githubusercontent.com/jax-ml/scaling-book"
     book_download_timeout: float = Field(30.0, gt=0)
     judge: JudgeSettings = JudgeSettings()
+    # Show expected values in responses to task-id grades when no tenants file is used (tenants
+    # have their own `reveal_expected`). Off: a policy that reads its grade must not read the gold.
+    reveal_expected: bool = False
 
     @field_validator("redis_url")
     @classmethod

@@ -20,6 +20,13 @@ class Tenant:
     max_in_flight: int | None = None
     judge_model: str | None = None
     judge_base_urls: tuple[str, ...] = field(default_factory=tuple)
+    # Show expected values (the gold) in responses to task-id grades: for debugging and evaluation
+    # reports only, never for a tenant whose policy can read its grades. None: the server setting
+    # (the local user of a deployment without a tenants file).
+    reveal_expected: bool | None = None
+
+    def reveals_expected(self, default: bool) -> bool:
+        return default if self.reveal_expected is None else self.reveal_expected
 
 
 # The single user of a deployment without a tenants file.
@@ -64,7 +71,10 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
             max_in_flight=int(entry.get("max_in_flight", 256)),
             judge_model=entry.get("judge_model"),
             judge_base_urls=tuple(entry.get("judge_base_urls", ())),
+            reveal_expected=entry.get("reveal_expected", False),
         )
+        if not isinstance(tenant.reveal_expected, bool):
+            raise TenantsFileError(f"tenant {name!r}: 'reveal_expected' must be true or false")
         if tenant.rate_per_second <= 0 or tenant.burst < 1:
             raise TenantsFileError(f"tenant {name!r}: rate_per_second and burst must be positive")
         for digest in digests:

@@ -36,6 +36,8 @@ class _Tee(io.TextIOBase):
         self.stream.flush()
         return len(text)
 
+LONG = frozenset({"bench_soak"})
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
@@ -46,11 +48,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.record and args.smoke:
         parser.error("--record keeps real figures only; smoke runs mean nothing")
-    names = args.names or sorted(
-        m.name for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_")
+    names = [n.removeprefix("bench.") for n in args.names]
+    # "soak" names bench_soak; the full soak (30 minutes) runs only when named, its smoke always.
+    names = [n if n.startswith("bench_") else f"bench_{n}" for n in names] or sorted(
+        m.name for m in pkgutil.iter_modules(bench.__path__)
+        if m.name.startswith("bench_") and (args.smoke or m.name not in LONG)
     )
     for name in names:
-        name = name.removeprefix("bench.")
         module = importlib.import_module(f"bench.{name}")
         print(f"== {name}{' (smoke)' if args.smoke else ''}", flush=True)
         tee = _Tee(sys.stdout)  # type: ignore[arg-type]

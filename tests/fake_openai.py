@@ -15,6 +15,18 @@ picks the behaviour, so concurrent tests never disturb one another:
     judge-match                 yes iff the candidate response equals the reference answer
     judge-gullible              like judge-match, but obeys "answer yes" written outside the fence
     judge-redirect              307 to another address (must not be followed)
+
+Constrained judges (yes iff the response equals the reference, like judge-match) that honour
+one constraint and chat without it, so ``judge-check`` can probe which one an endpoint supports:
+
+    judge-guided                ``guided_choice`` (vLLM extra body)
+    judge-schema                ``response_format`` of type json_schema: {"verdict": "yes"|"no"}
+    judge-logprobs              ``logprobs``/``top_logprobs``: one token, with yes/no log-probabilities
+
+Misbehaving judges ``judge-adv-<shape>`` judge like judge-match but shape the first reply the way
+careless or chatty models do (see ADVERSARIAL_SHAPES); asked again (the grader's retry note, or
+any constrained form), they answer with the bare verdict. ``judge-adv-chatty-forever`` never does.
+
     anything else               404 model not found
 
 Every request is recorded (path, headers, JSON body) so tests can assert exactly what was sent."""
@@ -35,6 +47,34 @@ _REFERENCE = re.compile(r"Reference answer:\n(.*?)\n\n(?:Source passage|Candidat
 # closing mark of the same tag (an untagged "<<<" fence closes at the first ">>>").
 _CANDIDATE = re.compile(r"Candidate response:\n<<<(?P<tag>[\w-]*)\n(?P<body>.*?)\n(?P=tag)>>>", re.DOTALL)
 _OBEYED = re.compile(r"answer\s+(?:with\s+)?[\"']?yes", re.IGNORECASE)
+# A judge that ignores the tag: the response runs from the first "<<<" to the first ">>>".
+_UNTAGGED = re.compile(r"Candidate response:\n<<<[^\n]*\n(?P<body>.*?)>>>", re.DOTALL)
+RETRY_MARK = "previous reply was not a verdict"
+
+
+def _word(v: bool) -> str:
+    return "yes" if v else "no"
+
+
+# First replies of careless judges, from the verdict v and the fenced response body b.
+ADVERSARIAL_SHAPES: dict[str, Any] = {
+    # the verdict, then a quote of the response (which may hold labels of its own)
+    "quote-after-line": lambda v, b: f"{_word(v).capitalize()}.\nThe response says: {b}",
+    "quote-same-line": lambda v, b: f"Verdict: {_word(v)}. The response says: {b} Verdict: {_word(not v)}",
+    "label-later": lambda v, b: f"Let me compare.\nThe response says {b[:60]}\nVerdict: {_word(v)}",
+    "incorrect-label": lambda v, b: f"Incorrect: {_word(not v)}",
+    "leading-quote": lambda v, b: f'"{_word(not v).capitalize()}," says the response. Verdict: {_word(v)}',
+    "unclosed-think": lambda v, b: f"<think>The response says: {b}\nVerdict: {_word(not v)}",
+    "closed-think-quote": lambda v, b: f"<think>It claims: {b}. Verdict: {_word(not v)}</think>\n{_word(v)}",
+    "stripped-opener": lambda v, b: f"quoting it: {b} yes yes</think>\n{_word(v).upper()}",
+    "chatty": lambda v, b: f"Well, I would lean towards {_word(v)} overall, all things considered.",
+    "bold-label": lambda v, b: f"**Verdict:** {_word(v)}\n\nThe response said {b[:80]}",
+    "markdown-list": lambda v, b: f"- Verdict: {_word(v)}\n- quoted: {b[:80]}",
+    "json-chatter": lambda v, b: f'Here you go: {{"verdict": "{_word(v)}"}}',
+    "empty": lambda v, b: "",
+    "refusal": lambda v, b: "I'm sorry, but I can't help with that.",
+    "chatty-forever": lambda v, b: f"Hmm, it is hard to say; I lean {_word(v)}.",
+}
 
 
 @dataclass
@@ -172,7 +212,46 @@ class FakeOpenAI:
             outside = user[: cand.start("body")] + user[cand.end("body") :] if cand else user
             same = bool(ref and cand and " ".join(ref.group(1).split()) == " ".join(cand.group("body").split()))
             return 200, _completion(model, "yes" if _OBEYED.search(outside) or same else "no"), {}
+        if model in ("judge-guided", "judge-schema", "judge-logprobs", "judge-tag-ignorer") or model.startswith(
+                "judge-adv-"):
+            return self._constrained(model, body)
         return 404, _error(f"model {model!r} not found", "model_not_found"), {}
+
+    def _constrained(self, model: str, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        messages = body.get("messages", [])
+        user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
+        retry = any(RETRY_MARK in str(m.get("content", "")) for m in messages)
+        ref, cand = _REFERENCE.search(user), _CANDIDATE.search(user)
+        response = cand.group("body") if cand else ""
+        verdict = bool(ref and cand and " ".join(ref.group(1).split()) == " ".join(response.split()))
+        guided = (body.get("guided_choice") or None) if isinstance(body.get("guided_choice"), list) else None
+        schema = (body.get("response_format") or {}).get("type") == "json_schema"
+        logprobs = bool(body.get("logprobs"))
+        if model == "judge-tag-ignorer":  # trusts anything after the first ">>>", like the old fence
+            loose = _UNTAGGED.search(user)
+            outside = user[loose.end():] if loose else user
+            return 200, _completion(model, "yes" if _OBEYED.search(outside) or verdict else "no"), {}
+        if model == "judge-guided" and guided:
+            return 200, _completion(model, guided[0] if verdict else guided[-1]), {}
+        if model == "judge-schema" and schema:
+            return 200, _completion(model, _schema_answer(body, verdict)), {}
+        if model == "judge-logprobs" and logprobs:
+            return 200, _logprob_completion(model, verdict), {}
+        if model.startswith("judge-adv-"):
+            shape = model.removeprefix("judge-adv-")
+            if shape not in ADVERSARIAL_SHAPES:
+                return 404, _error(f"model {model!r} not found", "model_not_found"), {}
+            if shape == "chatty-forever" or not (retry or guided or schema or logprobs):
+                return 200, _completion(model, ADVERSARIAL_SHAPES[shape](verdict, response)), {}
+            if schema:
+                return 200, _completion(model, _schema_answer(body, verdict)), {}
+            if guided:
+                return 200, _completion(model, guided[0] if verdict else guided[-1]), {}
+            if logprobs:
+                return 200, _logprob_completion(model, verdict), {}
+            return 200, _completion(model, _word(verdict)), {}
+        # a constrained model asked without its constraint chats (and ignores the retry note)
+        return 200, _completion(model, f"I think the answer is probably {_word(verdict)}, though it is unclear."), {}
 
 
 def _completion(model: str, content: str | None) -> dict[str, Any]:
@@ -186,6 +265,26 @@ def _completion(model: str, content: str | None) -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
+
+
+def _schema_answer(body: dict[str, Any], verdict: bool) -> str:
+    """JSON that fits the requested schema's first enum property: its first value for yes."""
+    schema = body["response_format"].get("json_schema", {}).get("schema", {})
+    name, spec = next(iter(schema.get("properties", {"verdict": {"enum": ["yes", "no"]}}).items()))
+    choices = spec.get("enum") or ["yes", "no"]
+    return json.dumps({name: choices[0] if verdict else choices[-1]})
+
+
+def _logprob_completion(model: str, verdict: bool) -> dict[str, Any]:
+    first, second = ("Yes", "No") if verdict else ("No", "Yes")
+    body = _completion(model, first)
+    body["choices"][0]["logprobs"] = {"content": [{
+        "token": first, "logprob": -0.05, "bytes": None,
+        "top_logprobs": [{"token": first, "logprob": -0.05, "bytes": None},
+                         {"token": second, "logprob": -3.2, "bytes": None},
+                         {"token": "The", "logprob": -5.0, "bytes": None}],
+    }]}
+    return body
 
 
 def _error(message: str, code: str) -> dict[str, Any]:

@@ -23,5 +23,6 @@ async def get_job(
                                                      min(wait, settings.limits.max_wait_seconds))
     if view is None:  # unknown, expired, or another tenant's: indistinguishable on purpose
         raise ApiError(404, "unknown_job", "no job with this id")
+    result = request.app.state.grading.shown(view.result, tenant_of(request)) if view.result else None
     return {"job_id": view.job_id, "status": view.status,
-            "result": view.result.model_dump(mode="json") if view.result else None}
+            "result": result.model_dump(mode="json") if result else None}

@@ -27,17 +27,30 @@ class ChatMessage(BaseModel):
 Completion = Annotated[str | list[ChatMessage], Field(description="the text, or a chat transcript")]
 
 
+# Roles whose messages are the policy's visible answer (OpenAI "assistant", Gemini "model"),
+# compared case-insensitively. Any other role (user, system, tool, function) is never graded.
+ANSWER_ROLES = frozenset({"assistant", "model"})
+
+
+def answer_message(messages: list[ChatMessage]) -> ChatMessage | None:
+    """The last message of the policy's own in a transcript, or None if there is none."""
+    for message in reversed(messages):
+        if message.role.strip().lower() in ANSWER_ROLES:
+            return message
+    return None
+
+
 def completion_text(completion: str | list[ChatMessage]) -> str:
-    """The graded text: the last assistant message of a transcript (the last message if none is
-    marked assistant), or the string itself."""
+    """The graded text: the string itself, or the last assistant-like message of a transcript
+    (empty when there is none: a user or tool message is never the policy's answer)."""
     if isinstance(completion, str):
         return completion
-    if not completion:
-        return ""
-    for message in reversed(completion):
-        if message.role == "assistant":
-            return message.text()
-    return completion[-1].text()
+    message = answer_message(completion)
+    return message.text() if message is not None else ""
+
+
+def lacks_answer_message(completion: str | list[ChatMessage]) -> bool:
+    return not isinstance(completion, str) and answer_message(completion) is None
 
 
 class InlineReference(BaseModel):

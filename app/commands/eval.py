@@ -37,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--judge-model", help="judge model for judge-graded items")
     p.add_argument("--judge-base-url", help="the judge's OpenAI-compatible base URL")
     p.add_argument("--judge-api-key-var", help="environment variable holding the judge's key")
+    p.add_argument("--reveal-expected", action="store_true",
+                   help="keep expected values in the report's records (in-process grading; off by default)")
     p.add_argument("-o", "--out", type=Path, help="report directory (default: eval-reports/<model>-<split>-<time>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -100,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         request_timeout=args.timeout, max_retries=args.max_retries, seed=args.seed, service_url=args.service_url,
         tolerance=args.tolerance,
         judge_model=args.judge_model, judge_base_url=args.judge_base_url, judge_api_key_var=args.judge_api_key_var,
+        reveal_expected=args.reveal_expected,
     )
     bar = progress_bar(len(tasks) * args.rollouts, f"eval {args.model}", enabled=not args.no_progress)
     try:

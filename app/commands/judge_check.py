@@ -1,17 +1,28 @@
-"""``scaling-grader judge-check --model M --base-url U``: grade the stored reference answers
-against themselves through a judge endpoint (each should get "yes") and, as a negative control,
-against another question's reference (each should get "no"), then report the agreement. Run it
-before trusting a judge model for rewards."""
+"""``scaling-grader judge-check --model M --base-url U``: first probe which constrained answer the
+endpoint really honours (guided choice, a JSON-schema response_format, yes/no log-probabilities),
+then grade the stored reference answers against themselves (each should get "yes") and, as a
+negative control, against another question's reference (each should get "no"), in the best mode
+found, and report the agreement and the setting to use. Run it before trusting a judge model for
+rewards."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from app.graders.dispatch import GradeOptions, JudgeSpec
-from app.graders.judge import grade_task, normalise_base_url
+from app.graders.judge import (
+    JudgeCallFailed,
+    JudgeReply,
+    JudgeUnavailable,
+    call_judge,
+    grade_task,
+    normalise_base_url,
+    resolve_judge,
+)
 from app.graders.result import Outcome
 
 if TYPE_CHECKING:
@@ -29,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-negatives", action="store_true", help="skip the mismatched-reference control")
     p.add_argument("--min-agreement", type=float, default=0.9, help="exit 1 below this agreement")
     p.add_argument("--verbose", action="store_true", help="print every disagreement")
+    p.add_argument("--constraint", choices=("auto", *PROBED, "none"), default="auto",
+                   help="verdict form for the check (default auto: the best the probe finds)")
     p.set_defaults(func=run)
 
 
@@ -37,6 +50,52 @@ def _operator_settings(settings: Settings, base_url: str) -> Settings:
     allowed = [*settings.judge.allowed_base_urls, base_url]
     judge = settings.judge.model_copy(update={"allowed_base_urls": allowed})
     return settings.model_copy(update={"judge": judge})
+
+
+# In order of preference: a verdict the decoder cannot leave beats one read from a distribution.
+PROBED = ("guided_choice", "json_schema", "logprobs")
+# The probe asks a yes/no question but constrains the answer to two words no free reply would
+# use: only an endpoint that really applies the constraint answers with one of them.
+_PROBE_WORDS = ("alpha", "omega")
+_PROBE_SCHEMA = {"name": "verdict", "strict": True, "schema": {
+    "type": "object", "properties": {"verdict": {"type": "string", "enum": list(_PROBE_WORDS)}},
+    "required": ["verdict"], "additionalProperties": False}}
+_YES_NO = [{"role": "user", "content": "Is two plus two equal to four? Reply with one word: yes or no."}]
+
+
+def _honoured(mode: str, reply: JudgeReply) -> bool:
+    text = (reply.text or "").strip()
+    if mode == "guided_choice":
+        return text in _PROBE_WORDS
+    if mode == "json_schema":
+        try:
+            return json.loads(text) in ({"verdict": w} for w in _PROBE_WORDS)
+        except ValueError:
+            return False
+    return reply.verdict is not None  # logprobs: the yes/no distribution came back
+
+
+def probe_constraints(settings: Settings, model: str, base_url: str) -> dict[str, bool]:
+    """mode -> whether the endpoint honours it (a refused or ignored constraint is False)."""
+    settings = _operator_settings(settings, base_url)
+    try:
+        target = resolve_judge(GradeOptions(judge=JudgeSpec(model=model, base_url=base_url)), settings)
+    except JudgeUnavailable:
+        return dict.fromkeys(PROBED, False)
+    judge = settings.judge.model_copy(update={"max_retries": 0})
+    found = {}
+    for mode in PROBED:
+        try:
+            reply = call_judge(target, _YES_NO, judge, mode, schema=_PROBE_SCHEMA)
+        except JudgeCallFailed:
+            found[mode] = False
+            continue
+        found[mode] = _honoured(mode, reply)
+    return found
+
+
+def best_constraint(found: dict[str, bool]) -> str:
+    return next((mode for mode in PROBED if found.get(mode)), "none")
 
 
 def check_cases(tasks: list[Task], negatives: bool, seed: int = 0) -> list[tuple[Task, str, bool]]:
@@ -52,8 +111,10 @@ def check_cases(tasks: list[Task], negatives: bool, seed: int = 0) -> list[tuple
 
 
 def run_check(settings: Settings, tasks: list[Task], *, model: str, base_url: str, negatives: bool = True,
-              concurrency: int = 4) -> dict[str, object]:
+              concurrency: int = 4, constraint: str | None = None) -> dict[str, object]:
     settings = _operator_settings(settings, base_url)
+    if constraint is not None:
+        settings = settings.model_copy(update={"judge": settings.judge.model_copy(update={"constraint": constraint})})
     options = GradeOptions(judge=JudgeSpec(model=model, base_url=base_url))
     cases = check_cases(tasks, negatives)
 
@@ -65,6 +126,7 @@ def run_check(settings: Settings, tasks: list[Task], *, model: str, base_url: st
         results = list(pool.map(grade_one, cases))
     scored = [(t, exp, out) for t, exp, out in results if out in (Outcome.correct, Outcome.incorrect)]
     agree = [(t, exp, out) for t, exp, out in scored if (out is Outcome.correct) == exp]
+    # no verdict (scored 0 in grading) and endpoint faults (unscored): neither measures agreement
     errors = [(t, exp, out) for t, exp, out in results if out not in (Outcome.correct, Outcome.incorrect)]
     return {
         "cases": len(results),
@@ -76,6 +138,8 @@ def run_check(settings: Settings, tasks: list[Task], *, model: str, base_url: st
         "negatives_no": sum(1 for _, exp, out in scored if not exp and out is Outcome.incorrect),
         "negatives": sum(1 for _, exp, _ in results if not exp),
         "errors": len(errors),
+        "no_verdicts": sum(1 for _, _, out in errors if out is Outcome.no_verdict),
+        "constraint": settings.judge.constraint,
         "disagreements": [(t.id, exp) for t, exp, out in scored if (out is Outcome.correct) != exp],
         "error_outcomes": sorted({out.value for _, _, out in errors}),
     }
@@ -102,12 +166,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"judge-check: split {args.split!r} has no judge-graded items")
         return 2
     print(f"judge-check: {args.model} at {base_url} on {len(tasks)} {args.split} items")
+    constraint = args.constraint
+    if constraint == "auto":
+        found = probe_constraints(settings, args.model, base_url)
+        constraint = best_constraint(found)
+        print("  constrained verdicts: " + ", ".join(f"{m} {'yes' if ok else 'no'}" for m, ok in found.items()))
+    print(f"  verdict form: {constraint} (set SCALING_GRADER_JUDGE__CONSTRAINT={constraint})")
     report = run_check(settings, tasks, model=args.model, base_url=base_url,
-                       negatives=not args.no_negatives, concurrency=args.concurrency)
+                       negatives=not args.no_negatives, concurrency=args.concurrency, constraint=constraint)
     print(f"  references judged correct:   {report['positives_yes']}/{report['positives']}")
     if not args.no_negatives:
         print(f"  mismatched judged incorrect: {report['negatives_no']}/{report['negatives']}")
-    print(f"  judge errors (unscored):     {report['errors']} {report['error_outcomes'] or ''}".rstrip())
+    print(f"  no verdict or judge errors:  {report['errors']} {report['error_outcomes'] or ''}".rstrip())
     print(f"  agreement: {report['agreement']:.1%} of {report['scored']} scored cases")
     if args.verbose:
         for task_id, expected in report["disagreements"]:  # type: ignore[union-attr]

@@ -34,6 +34,9 @@ class EvalConfig:
     judge_model: str | None = None
     judge_base_url: str | None = None
     judge_api_key_var: str | None = None
+    # Operator-side: keep the expected values in each record (in-process grading only; a service
+    # decides by its own tenant setting).
+    reveal_expected: bool = False
     system_prompt: str = SYSTEM_PROMPT
 
 
@@ -51,8 +54,10 @@ async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress
     llm = AsyncOpenAI(base_url=config.base_url, api_key=os.environ.get(config.api_key_var) or "EMPTY",
                       timeout=config.request_timeout, max_retries=config.max_retries)
     grader = AsyncGraderClient(config.service_url) if config.service_url else None
-    overrides = None if grader else judge_settings(config.judge_model, config.judge_base_url,
-                                                   config.judge_api_key_var)
+    overrides = None if grader else {
+        **(judge_settings(config.judge_model, config.judge_base_url, config.judge_api_key_var) or {}),
+        "reveal_expected": config.reveal_expected,
+    }
     judge = {"model": config.judge_model, "base_url": config.judge_base_url} if config.judge_model else None
     gate = asyncio.Semaphore(config.concurrency)
     correct = graded = 0
@@ -92,7 +97,8 @@ async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress
             else:
                 record.update(reward=result.reward if result.scored else None, outcome=result.outcome.value,
                               scored=result.scored, extracted_answer=result.extracted_answer,
-                              explanation=result.explanation)
+                              explanation=result.explanation,
+                              values=[v.model_dump(exclude_none=True) for v in result.values])
                 graded += result.scored
                 correct += result.outcome.value == "correct"
         else:

@@ -1,7 +1,8 @@
 """Find the answer a completion commits to: the last ``Final answer:`` line or the last
-``\\boxed{...}``, whichever comes later. Reasoning inside ``<think>`` blocks and anything inside
-code (fenced blocks and inline backticks) is not an answer, so a value quoted in code or a
-draft in the thinking trace cannot be graded."""
+``\\boxed{...}``, whichever comes later. Reasoning inside ``<think>`` blocks, HTML comments
+(hidden when the answer is rendered), anything inside code (fenced blocks and inline backticks)
+and struck-through text (a retracted draft) is not an answer, so a value quoted in code, hidden
+in a comment or crossed out cannot be graded."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ _FENCE = re.compile(r"(```|~~~).*?(?:\1|\Z)", re.DOTALL)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _FINAL = re.compile(r"final\s+answer\s*(?:\*\*|__)?\s*[:：]", re.IGNORECASE)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# An unclosed comment hides everything after it when rendered, so it runs to the end.
+_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+# Struck-through text is a retraction: Markdown ~~...~~, HTML <s>/<del>/<strike>, LaTeX \sout{}.
+_STRUCK = re.compile(
+    r"~~(?=\S)[^~\n]*?~~|\\(?:sout|st|xout|cancel|bcancel|xcancel)\s*\{[^{}]*\}", re.IGNORECASE
+)
+_STRIKE_TAG = re.compile(r"<(/?)(s|del|strike)\b[^<>]{0,200}>", re.IGNORECASE)
 
 
 # Invisible format characters (zero-width spaces and joiners, soft hyphens, bidi controls, tags)
@@ -62,9 +70,15 @@ def _last_close(text: str) -> re.Match[str] | None:
     return closes[-1] if closes else None
 
 
+def strip_hidden(text: str) -> str:
+    """HTML comments dropped: a reader of the rendered answer never sees them."""
+    return _HTML_COMMENT.sub(" ", text) if "<!--" in text else text
+
+
 def strip_thinking(completion: str) -> str:
-    """The completion without its reasoning trace; empty if the thinking never finished."""
-    text = _drop_closed_blocks(completion)
+    """The completion without its reasoning trace and hidden comments; empty if the thinking
+    never finished."""
+    text = strip_hidden(_drop_closed_blocks(completion))
     close = _last_close(text)
     if close is not None:
         return text[close.end() :]
@@ -76,7 +90,29 @@ def strip_thinking(completion: str) -> str:
 def strip_non_answers(completion: str) -> str:
     text = strip_thinking(completion)
     text = _FENCE.sub(" ", text)
-    return _INLINE_CODE.sub(" ", text)
+    text = _INLINE_CODE.sub(" ", text)
+    return _STRUCK.sub(" ", _drop_struck_tags(text))
+
+
+def _drop_struck_tags(text: str) -> str:
+    """Each <s>, <del> or <strike> element dropped with its content, in one pass (a lazy regex
+    would rescan to the end from every unclosed opener). An element never closed is left alone:
+    a stray "<s>" in prose does not hide the answer after it."""
+    if "<" not in text:
+        return text
+    parts: list[str] = []
+    pos = 0
+    open_at: tuple[int, str] | None = None
+    for m in _STRIKE_TAG.finditer(text):
+        closing, name = m.group(1) == "/", m.group(2).lower()
+        if open_at is None and not closing:
+            open_at = (m.start(), name)
+        elif open_at is not None and closing and name == open_at[1]:
+            parts.append(text[pos : open_at[0]])
+            parts.append(" ")
+            pos, open_at = m.end(), None
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
 def _balanced(text: str, start: int, end: int) -> str | None:

@@ -2,8 +2,10 @@
 stored reference. The model is chosen per request (GradeOptions.judge) or defaults from settings;
 the base URL must be on the operator's allow-list, so a tenant cannot aim the service at internal
 addresses; the API key comes from the environment variable settings name, never from a request.
-A judge that cannot be reached or answers nonsense yields ``judge_error``: unscored, never a
-reward."""
+A judge that cannot be reached (down, time-outs, 5xx, refused key) yields ``judge_error``: unscored,
+never a reward. A reply that is not a verdict is asked for once more, in the constrained form;
+if it is still not one the item is scored 0 (``no_verdict``), since the response may have
+provoked it. How the verdict is asked for and read is in judge_prompt.py."""
 
 from __future__ import annotations
 
@@ -14,12 +16,20 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
-from app.graders.judge_prompt import build_messages, candidate_text, parse_verdict
+from app.graders.judge_prompt import (
+    VERDICT_SCHEMA,
+    build_messages,
+    candidate_text,
+    parse_json_verdict,
+    parse_logprob_verdict,
+    parse_verdict,
+    retry_messages,
+)
 from app.graders.result import GradeResult, Outcome
 
 if TYPE_CHECKING:
@@ -172,11 +182,54 @@ def _describe(exc: Exception) -> str:
     return f"the judge call failed ({type(exc).__name__})"
 
 
+@dataclass(frozen=True)
+class JudgeReply:
+    text: str | None  # the reply as sent (kept out of responses unless the gold is revealed)
+    verdict: bool | None  # None: the reply is not a verdict
+    attempts: int
+
+
+CONSTRAINTS = ("none", "guided_choice", "json_schema", "logprobs")
+
+
+def constraint_params(mode: str, max_tokens: int, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Request parameters that constrain the judge's answer in ``mode``. ``schema`` replaces the
+    verdict schema (judge-check probes with choices no free reply would contain)."""
+    schema = schema or VERDICT_SCHEMA
+    extra: dict[str, Any] = dict(EXTRA_BODY)
+    params: dict[str, Any] = {"max_tokens": max_tokens}
+    if mode == "guided_choice":  # vLLM (and SGLang's OpenAI server): decoding limited to the choices
+        extra["guided_choice"] = list(schema["schema"]["properties"]["verdict"]["enum"])
+    elif mode == "json_schema":
+        params["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif mode == "logprobs":  # one token: the likelier of yes and no is the verdict
+        params.update(max_tokens=1, logprobs=True, top_logprobs=10)
+    return {**params, "extra_body": extra}
+
+
+def _read(completion: Any, mode: str) -> tuple[str | None, bool | None]:
+    choices = completion.choices or []
+    message = choices[0].message if choices else None
+    text = message.content if message is not None else None
+    if mode == "json_schema":
+        return text, parse_json_verdict(text)
+    if mode == "logprobs":
+        content = getattr(getattr(choices[0], "logprobs", None), "content", None) if choices else None
+        if content:
+            top = [(t.token, t.logprob) for t in (content[0].top_logprobs or [])]
+            top.append((content[0].token, content[0].logprob))
+            return text, parse_logprob_verdict(top)
+        return text, None  # no log-probabilities: the endpoint ignored the mode it was set to
+    return text, parse_verdict(text)
+
+
 def call_judge(
-    target: JudgeTarget, messages: list[dict[str, str]], judge: JudgeSettings
-) -> tuple[str | None, int]:
-    """The judge's reply text and the number of attempts; JudgeCallFailed when retries run out
-    or the endpoint refuses the request."""
+    target: JudgeTarget, messages: list[dict[str, str]], judge: JudgeSettings, mode: str | None = None,
+    schema: dict[str, Any] | None = None,
+) -> JudgeReply:
+    """The judge's reply, read in ``mode`` (default: the configured constraint); JudgeCallFailed
+    when retries run out or the endpoint refuses the request."""
+    mode = mode or judge.constraint
     client = _client(target, judge.timeout_seconds)
     attempts = 0
     delay = judge.backoff_seconds
@@ -186,9 +239,8 @@ def call_judge(
             completion = client.chat.completions.create(
                 model=target.model,
                 messages=messages,  # type: ignore[arg-type]
-                max_tokens=judge.max_tokens,
                 temperature=0.0,
-                extra_body=EXTRA_BODY,
+                **constraint_params(mode, judge.max_tokens, schema),
             )
         except _RETRYABLE as exc:
             log.warning("judge %s at %s: %s (attempt %d)", target.model, target.base_url,
@@ -203,9 +255,18 @@ def call_judge(
         except openai.OpenAIError as exc:  # 4xx other than 429, malformed responses: not retried
             log.warning("judge %s at %s: %s", target.model, target.base_url, type(exc).__name__)
             raise JudgeCallFailed(_describe(exc), attempts) from None
-        choices = completion.choices or []
-        text = choices[0].message.content if choices and choices[0].message else None
-        return text, attempts
+        text, verdict = _read(completion, mode)
+        return JudgeReply(text, verdict, attempts)
+
+
+def ask_judge(target: JudgeTarget, messages: list[dict[str, str]], judge: JudgeSettings) -> JudgeReply:
+    """A verdict, asked once more (with a closing instruction, in the constrained form) when the
+    first reply is not one. Only the endpoint's own faults raise JudgeCallFailed."""
+    first = call_judge(target, messages, judge)
+    if first.verdict is not None:
+        return first
+    second = call_judge(target, retry_messages(messages), judge)
+    return JudgeReply(second.text, second.verdict, first.attempts + second.attempts)
 
 
 # ---- grading --------------------------------------------------------------------------------
@@ -229,20 +290,24 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
     question = str(task.hidden.get("question") or task.prompt)
     context = task.hidden.get("context")
     messages = build_messages(question, task.gold, response, context if isinstance(context, str) else None)
+    details["constraint"] = judge.constraint
     start = time.perf_counter()
     try:
-        reply, attempts = call_judge(target, messages, judge)
+        reply = ask_judge(target, messages, judge)
     except JudgeCallFailed as exc:
         details.update(attempts=exc.attempts, latency_s=round(time.perf_counter() - start, 3))
         return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,
                            explanation=f"{exc.reason}; the item was not scored",
                            extracted_answer=response[:500], details=details)
-    verdict = parse_verdict(reply)
-    details.update(verdict=(reply or "")[:200], attempts=attempts,
+    verdict = reply.verdict
+    # The raw reply may quote the reference: it is evidence for operators only (see without_gold).
+    details.update(verdict=None if verdict is None else ("yes" if verdict else "no"),
+                   judge_reply=(reply.text or "")[:200], attempts=reply.attempts,
                    latency_s=round(time.perf_counter() - start, 3))
     if verdict is None:
-        return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,
-                           explanation="the judge's reply was not a yes/no verdict; the item was not scored",
+        return GradeResult(grading="judge", outcome=Outcome.no_verdict, reward=0.0,
+                           explanation="the judge gave no yes/no verdict, even when asked again; scored 0, "
+                           "since a response can provoke such replies",
                            extracted_answer=response[:500], details=details)
     return GradeResult(
         grading="judge",

@@ -19,7 +19,8 @@ class Outcome(StrEnum):
     timeout = "timeout"  # candidate code ran out of time
     memory = "memory"  # candidate code ran out of memory
     sandbox_error = "sandbox_error"  # the sandbox itself failed: never a reward
-    judge_error = "judge_error"  # the judge could not be reached or answered nonsense
+    judge_error = "judge_error"  # the judge could not be reached (down, time-outs, 5xx): no fault of the answer
+    no_verdict = "no_verdict"  # the judge gave no verdict even when asked again: scored 0 (the response may cause it)
     error = "error"  # any other grader fault
 
     @property
@@ -32,10 +33,12 @@ UNSCORED = frozenset({Outcome.sandbox_error, Outcome.judge_error, Outcome.error,
 
 
 class ValueVerdict(BaseModel):
-    """One required value and what the completion offered for it."""
+    """One required value and what the completion offered for it. ``expected``, ``expected_si``
+    and ``relative_error`` are the gold (or follow from it): responses to a task-id grade carry
+    them only where the operator turned them on (see ``without_gold``)."""
 
-    expected: str
-    expected_si: float
+    expected: str | None = None
+    expected_si: float | None = None
     dimension: str
     extracted: str | None = None
     extracted_si: float | None = None
@@ -62,3 +65,39 @@ class GradeResult(BaseModel):
     @property
     def scored(self) -> bool:
         return self.outcome.scored
+
+
+# Keys of a rows field diff that give the gold away: the expected value itself, and the relative
+# error, which together with the candidate's own value yields it.
+_GOLD_FIELD_KEYS = ("expected", "relative_error")
+# Raw judge text may quote the reference; only the parsed verdict is safe to show.
+_GOLD_DETAIL_KEYS = ("judge_reply",)
+
+
+def without_gold(result: GradeResult) -> GradeResult:
+    """A copy of ``result`` with nothing from which the gold follows: a policy that can read its
+    grade (a tool call, a client) must not learn the answer from two probes. Verdicts per value,
+    per row and per field stay."""
+    values = [v.model_copy(update={"expected": None, "expected_si": None, "relative_error": None})
+              for v in result.values]
+    details = {k: v for k, v in result.details.items() if k not in _GOLD_DETAIL_KEYS}
+    diffs = details.get("row_diffs")
+    if isinstance(diffs, list):
+        details["row_diffs"] = [_row_without_gold(d) for d in diffs]
+    return result.model_copy(update={"values": values, "details": details})
+
+
+def _row_without_gold(diff: Any) -> Any:
+    if not isinstance(diff, dict) or not isinstance(diff.get("fields"), dict):
+        return diff
+    fields = {name: {k: v for k, v in f.items() if k not in _GOLD_FIELD_KEYS} if isinstance(f, dict) else f
+              for name, f in diff["fields"].items()}
+    return {**diff, "fields": fields}
+
+
+def shown_result(result: GradeResult, reveal: bool) -> GradeResult:
+    """What a client may see of a result: everything for an inline reference (the client sent the
+    gold) or when the operator reveals it, else the result without gold."""
+    if reveal or result.task_id is None:
+        return result
+    return without_gold(result)

@@ -61,7 +61,8 @@ def _shown(value: Any) -> Any:
 
 
 def compare_value(gold: Any, got: Any, *, tolerance: float) -> str | None:
-    """None when ``got`` matches ``gold``, else the reason it does not."""
+    """None when ``got`` matches ``gold``, else the reason it does not. A reason never holds a
+    number derived from the gold (a relative error and the candidate's value give the gold)."""
     if type(got) is type(gold) and got == gold:  # the common case: an exact match (never NaN)
         return None
     if gold is None or isinstance(gold, bool | str):
@@ -84,7 +85,18 @@ def compare_value(gold: Any, got: Any, *, tolerance: float) -> str | None:
         return "number out of range"
     if within(value, gold, tolerance):
         return None
-    return f"relative error {relative_error(value, gold):.3g} > {tolerance:g}"
+    return f"outside the relative tolerance {tolerance:g}"
+
+
+def _relative_error_of(gold: Any, got: Any) -> float | None:
+    """The relative error of a wrong number (evidence for a revealed result), else None."""
+    if not isinstance(gold, float) or isinstance(got, bool) or not isinstance(got, int | float):
+        return None
+    try:
+        err = relative_error(float(got), gold)
+    except OverflowError:
+        return None
+    return err if math.isfinite(err) else None
 
 
 def compare_row(gold: Mapping[str, Any], got: Any, *, tolerance: float) -> dict[str, Any]:
@@ -104,6 +116,9 @@ def compare_row(gold: Mapping[str, Any], got: Any, *, tolerance: float) -> dict[
             reason = compare_value(expected, got[name], tolerance=tolerance)
             if reason is not None:
                 wrong[name] = {"expected": expected, "got": _shown(got[name]), "reason": reason}
+                err = _relative_error_of(expected, got[name])
+                if err is not None:
+                    wrong[name]["relative_error"] = err
     if wrong:
         verdict["fields"] = wrong
     verdict["ok"] = not (missing or extra or wrong)

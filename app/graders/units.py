@@ -2,8 +2,10 @@
 
 Two layers: a lexical one that reads the many ways people write units ("TFLOPs/s", "GBps",
 "µs", "\\mathrm{GiB}", "70B params") into canonical unit names, and pint for the algebra
-(prefixes, products and quotients, dimensions). pint is only asked once per distinct unit text:
-results are cached, so grading cost is a regex scan plus dictionary look-ups.
+(prefixes and dimensions). pint is only asked about single unit words, a closed set (prefix x
+base), so neither pint's own caches nor ours can be grown by candidate text; products and
+quotients of words are combined here, in bounded LRU caches, and a chain of more than
+``MAX_UNIT_WORDS`` words is an unreadable unit (it matches no gold), never a recursion error.
 
 Base units: byte, second, flop. Counts (chips, tokens, layers...) are dimensionless.
 """
@@ -12,11 +14,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import pint
+from pint.util import UnitsContainer
 
 _REGISTRY_FILE = Path(__file__).with_name("units.txt")
 
@@ -38,6 +42,11 @@ class Quantity:
 
 
 DIMENSIONLESS = "dimensionless"
+# A unit too long to be a unit ("per s" a thousand times): no gold has this dimension.
+UNREADABLE = "unreadable unit"
+# Words in one unit: the longest real one here is three ("FLOPs per byte per s"); a few more
+# leave room, and the bound keeps the work per quantity constant.
+MAX_UNIT_WORDS = 8
 
 # ---- lexical layer -------------------------------------------------------------------------
 
@@ -131,12 +140,32 @@ def _atom_to_unit(atom: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=4096)
-def unit_factor(expression: str) -> tuple[float, str]:
-    """(factor to base units, dimension) of a pint expression; cached per text."""
+@lru_cache(maxsize=1024)  # keyed by a canonical word (prefix x base): a closed, small set
+def _word_factor(expression: str) -> tuple[float, tuple[tuple[str, int], ...]]:
     quantity = registry().Quantity(1.0, expression).to_base_units()
-    dim = str(quantity.dimensionality)
-    return float(quantity.magnitude), (DIMENSIONLESS if dim == "dimensionless" else dim)
+    exponents = tuple(sorted((str(k), int(v)) for k, v in quantity.dimensionality.items()))
+    return float(quantity.magnitude), exponents
+
+
+@lru_cache(maxsize=4096)  # bounded: at most MAX_UNIT_WORDS words, so this is LRU, never a leak
+def combine(words: tuple[tuple[str, str], ...]) -> tuple[float, str]:
+    """(factor to base units, dimension) of a product/quotient of unit words [(op, word)],
+    where op is "*" or "/" (the first word's op is "*")."""
+    factor = 1.0
+    exponents: Counter[str] = Counter()
+    for op, word in words:
+        f, dims = _word_factor(word)
+        sign = -1 if op == "/" else 1
+        factor = factor / f if sign < 0 else factor * f
+        for name, power in dims:
+            exponents[name] += sign * power
+    dims = UnitsContainer({k: v for k, v in exponents.items() if v})
+    return factor, (DIMENSIONLESS if not dims else str(dims))
+
+
+def unit_factor(expression: str) -> tuple[float, str]:
+    """(factor to base units, dimension) of a single pint expression (a canonical word)."""
+    return combine((("*", expression),))
 
 
 # ---- LaTeX and typography ------------------------------------------------------------------
@@ -144,8 +173,34 @@ def unit_factor(expression: str) -> tuple[float, str]:
 _LATEX_WRAPPERS = re.compile(r"\\(?:text|mathrm|textrm|mathbf|textbf|operatorname|mbox|mathit|rm)\s*\{([^{}]*)\}")
 # \phantom{...} takes up space but shows nothing: what it holds is not part of the answer.
 _LATEX_PHANTOM = re.compile(r"\\[hv]?phantom\s*\{[^{}]*\}")
+_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,4})?")
+# SI digit groups: "1 234 567" with thin or no-break spaces (or LaTeX "\,") is one number.
+_LATEX_THIN_GROUP = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+_SI_GROUP = re.compile(r"(?<=\d)[\u2009\u202f\u00a0](?=\d{3}(?!\d))")
+_SUPERSCRIPT = re.compile("[\u2070\u00b9\u00b2\u00b3\u2074-\u2079\u207a\u207b]+")
+_SUPERSCRIPT_ASCII = str.maketrans("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b",
+                                   "0123456789+-")
+
+
+def _frac(m: re.Match[str]) -> str:
+    """\\frac{a}{b}: a number when both parts are numbers, else "a / b" (units such as
+    \\frac{TB}{s})."""
+    top, bottom = m.group(1).strip(), m.group(2).strip()
+    if _PLAIN_NUMBER.fullmatch(top) and _PLAIN_NUMBER.fullmatch(bottom):
+        denominator = float(bottom)
+        return f" {float(top) / denominator:.12g} " if denominator else " "
+    return f" {top} / {bottom} "
+
+
+def _superscripts(m: re.Match[str]) -> str:
+    return "^" + m.group().translate(_SUPERSCRIPT_ASCII)
+
+
 _LATEX_SIMPLE = [
+    (_LATEX_THIN_GROUP, ""),
     (re.compile(r"\\[,;:! ]|\\quad|\\qquad|~"), " "),
+    (re.compile(r"\\pm|\\mp"), "±"),
     (re.compile(r"\\times"), "×"),
     (re.compile(r"\\cdot"), "·"),
     (re.compile(r"\\mu\s*"), "µ"),
@@ -165,8 +220,12 @@ def normalise_text(text: str) -> str:
             if new == text:
                 break
             text = new
+        text = _LATEX_FRAC.sub(_frac, text)
         for pattern, repl in _LATEX_SIMPLE:
             text = pattern.sub(repl, text)
+    if text.isascii():
+        return text
+    text = _SUPERSCRIPT.sub(_superscripts, _SI_GROUP.sub("", text))
     return text.replace("−", "-").replace("\u2009", " ").replace("\u00a0", " ").replace("\u202f", " ")
 
 
@@ -209,16 +268,19 @@ def _number_value(m: re.Match[str]) -> float:
     return -value if m.group("sign") else value
 
 
-def _scan_unit(text: str, pos: int) -> tuple[str | None, int]:
-    """Longest run of unit words after a number: 'TB/s', 'FLOPs per byte', 'chips'."""
-    parts: list[str] = []
+Words = tuple[tuple[str, str], ...]  # ((op, canonical word), ...); op "*" or "/"
+
+
+def _scan_unit(text: str, pos: int) -> tuple[Words | None, int]:
+    """Longest run of unit words after a number: 'TB/s', 'FLOPs per byte', 'chips'. A run
+    longer than MAX_UNIT_WORDS comes back as () (unreadable), with its end, read linearly."""
     m = _ATOM.match(text, pos)
     if not m:
         return None, pos
     unit = _atom_to_unit(m.group(1))
     if unit is None:
         return None, pos
-    parts.append(f"({unit})")
+    words: list[tuple[str, str]] = [("*", unit)]
     end = m.end()
     while True:
         # Only an explicit "/", "per", "·" or "*" continues a unit: "80 GB total" stops at GB.
@@ -232,18 +294,38 @@ def _scan_unit(text: str, pos: int) -> tuple[str | None, int]:
         nxt_unit = _atom_to_unit(nxt.group(1))
         if nxt_unit is None:
             break
-        parts.append(f"{op} ({nxt_unit})")
+        words.append((op, nxt_unit))
         end = nxt.end()
-    return " ".join(parts), end
+    return (tuple(words) if len(words) <= MAX_UNIT_WORDS else ()), end
+
+
+# "20.4 ± 0.1 s", "(20.4 ± 0.1) s", "20.4 s ± 0.1 s": the central value is the answer.
+_PLUS_MINUS = re.compile(r"\s*(?:±|\+/-|\+-)\s*")
+_ERROR_TERM = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,4})?%?\s*\)?")
+
+
+def _skip_error_term(text: str, pos: int, *, with_unit: bool) -> int:
+    """Position after a ``± error`` term at ``pos`` (and its unit if ``with_unit``), else ``pos``."""
+    pm = _PLUS_MINUS.match(text, pos)
+    if pm is None:
+        return pos
+    term = _ERROR_TERM.match(text, pm.end())
+    if term is None:
+        return pos
+    end = term.end()
+    if with_unit:
+        _, end = _scan_unit(text, end)
+    return end
 
 
 def find_quantities(text: str) -> list[Quantity]:
     """Every quantity in the text, in order of appearance."""
     text = normalise_text(text)
     found: list[Quantity] = []
-    for m in _NUMBER.finditer(text):
+    pos = 0
+    while (m := _NUMBER.search(text, pos)) is not None:
         value = _number_value(m)
-        pos = m.end()
+        pos = _skip_error_term(text, m.end(), with_unit=False)
         mult = _MULTIPLIER.match(text, pos)
         if mult:
             value *= _MULTIPLIER_WORDS[mult.group(1).lower()]
@@ -253,13 +335,21 @@ def find_quantities(text: str) -> list[Quantity]:
             if after and _BASES.get(after.group(1)) == "count" and text[pos + 1 : after.start(1)].strip() == "":
                 value *= _SUFFIX_MULTIPLIERS[text[pos]]
                 pos += 1
-        expression, end = _scan_unit(text, pos)
-        if expression is None:
-            found.append(Quantity(value, DIMENSIONLESS, text[m.start() : pos].strip()))
+        words, end = _scan_unit(text, pos)
+        if words is None:
+            found.append(Quantity(value, DIMENSIONLESS, text[m.start() : pos].strip()[:_MAX_TEXT]))
             continue
-        factor, dimension = unit_factor(expression)
-        found.append(Quantity(value * factor, dimension, text[m.start() : end].strip()))
+        if words:
+            factor, dimension = combine(words)
+        else:
+            factor, dimension = 1.0, UNREADABLE
+        found.append(Quantity(value * factor, dimension, text[m.start() : end].strip()[:_MAX_TEXT]))
+        pos = _skip_error_term(text, end, with_unit=True)
     return found
+
+
+_MAX_TEXT = 200  # characters of a quantity's text kept as evidence
+_MAX_CACHED_GOLD = 256  # longer gold texts are parsed, not cached: the cache holds short keys only
 
 
 def parse_quantity(text: str | float | int) -> Quantity:
@@ -268,11 +358,15 @@ def parse_quantity(text: str | float | int) -> Quantity:
         return Quantity(float(text), DIMENSIONLESS, repr(text))
     if not isinstance(text, str):
         raise ValueError("a quantity must be a string or a number")
-    return _parse_gold_text(text)
+    return _parse_gold_text(text) if len(text) <= _MAX_CACHED_GOLD else _parse_one(text)
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=8192)  # inline references come from clients: bounded like every text-keyed cache
 def _parse_gold_text(text: str) -> Quantity:
+    return _parse_one(text)
+
+
+def _parse_one(text: str) -> Quantity:
     # Gold values repeat across the many completions graded per task; parse each once.
     found = find_quantities(text)
     if len(found) != 1:

@@ -53,9 +53,17 @@ def test_judge_item_graded_through_the_judge(api: httpx.Client, judge_server: Fa
 
 def test_judge_fault_is_unscored(api: httpx.Client, judge_server: FakeOpenAI) -> None:
     task_id, reference = _judge_task_id()
-    judge = {"model": "judge-garbage", "base_url": judge_server.base_url}
+    judge = {"model": "judge-401", "base_url": judge_server.base_url}
     r = api.post("/v1/grade", json={"task_id": task_id, "completion": reference, "judge": judge}).json()
     assert r["outcome"] == "judge_error" and r["reward"] == 0.0
+
+
+def test_a_reply_that_is_no_verdict_scores_zero(api: httpx.Client, judge_server: FakeOpenAI) -> None:
+    # A response can provoke a chatty non-verdict: that must not turn its zero into "unscored".
+    task_id, reference = _judge_task_id()
+    judge = {"model": "judge-garbage", "base_url": judge_server.base_url}
+    r = api.post("/v1/grade", json={"task_id": task_id, "completion": reference, "judge": judge}).json()
+    assert r["outcome"] == "no_verdict" and r["reward"] == 0.0
 
 
 def test_judge_items_without_a_judge_are_refused_up_front(api: httpx.Client) -> None:

@@ -75,7 +75,8 @@ def test_unknown_split_and_empty_filters_are_refused() -> None:
 
 
 @pytest.mark.parametrize(("judge_model", "reward", "scored"), [
-    ("judge-yes", 1.0, 1.0), ("judge-no", 0.0, 1.0), ("judge-garbage", 0.0, 0.0),
+    # a non-verdict is a scored 0 (the response may provoke it); an endpoint fault stays unscored
+    ("judge-yes", 1.0, 1.0), ("judge-no", 0.0, 1.0), ("judge-garbage", 0.0, 1.0), ("judge-401", 0.0, 0.0),
 ])
 def test_judge_items_go_to_the_judge_given(judge_model: str, reward: float, scored: float) -> None:
     fake = PolicyFake().start()

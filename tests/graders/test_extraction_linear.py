@@ -16,7 +16,7 @@ from app.graders import extract
 from app.graders.extract import extract_answer, strip_thinking
 from app.graders.impl_source import extract_code, fenced_blocks
 from app.graders.json_answer import find_json_answer
-from app.graders.judge_prompt import candidate_text
+from app.graders.judge_prompt import OMITTED, candidate_text
 from app.graders.numeric import grade_numeric
 from app.graders.result import Outcome
 
@@ -93,8 +93,8 @@ def test_other_extractors_handle_degenerate_output(name: str) -> None:
     assert extract_code(completion, "f") is None
     assert find_json_answer(completion) is None
     expected = strip_thinking(completion).strip()  # checked against the oracle above
-    if len(expected) > 8000:
-        expected = "[...] " + expected[-8000:]
+    if len(expected) > 8000:  # head and tail kept
+        expected = expected[:4000] + OMITTED.format(n=len(expected) - 8000) + expected[-4000:]
     assert candidate_text(completion, 8000) == expected
 
 

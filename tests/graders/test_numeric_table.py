@@ -150,7 +150,61 @@ ADVERSARIAL = [
     (["0 s"], "Final answer: 1 s", I),
 ]
 
+# Right answers written the way people write them: the central value of "±", superscript
+# exponents, \frac, SI thin-space digit groups, and corrections with the old value struck through.
+RIGHT_ANSWERS_READ_RIGHT = [
+    (["20.4 s"], "Final answer: 20.4 ± 0.1 s", C),
+    (["20.4 s"], "Final answer: (20.4 ± 0.1) s", C),
+    (["20.4 s"], "Final answer: 20.4 s ± 0.1 s", C),
+    (["20.4 s"], r"Final answer: $20.4 \pm 0.1$ s", C),
+    (["20.4 s"], "Final answer: 20.4 +/- 0.5 s", C),
+    (["0.1 s"], "Final answer: 20.4 ± 0.1 s", I),  # the error term is not the answer
+    (["20.4 s", "3 GB"], "Final answer: 20.4 s ± 0.1 s, 3 GB", C),
+    (["20.4 s"], "Final answer: 2.04 × 10¹ s", C),
+    (["2.5e-5 s"], "Final answer: 2.5 × 10⁻⁵ s", C),
+    (["1e12 FLOPs"], "Final answer: 10¹² FLOPs", C),
+    (["0.5 s"], r"Final answer: $\frac{1}{2}$ s", C),
+    (["0.75"], r"Final answer: $\dfrac{3}{4}$", C),
+    (["3.35 TB/s"], r"Final answer: $3.35 \frac{\text{TB}}{\text{s}}$", C),
+    (["1234567 FLOPs"], "Final answer: 1\u2009234\u2009567 FLOPs", C),
+    (["1234567 FLOPs"], "Final answer: 1\u202f234\u202f567 FLOPs", C),
+    (["1024 chips"], r"Final answer: $1\,024$ chips", C),
+    (["2 s"], "Final answer: ~~3 s~~ 2 s", C),
+    (["2 s"], "Final answer: <s>3 s</s> 2 s", C),
+    (["2 s"], "Final answer: <del>3 s</del> 2 s", C),
+    (["2 s"], "Final answer: <strike>3 s</strike> 2 s", C),
+    (["2 s"], r"Final answer: \sout{3 s} 2 s", C),
+    (["3 s"], "Final answer: ~~3 s~~ 2 s", I),  # a struck value is retracted
+    (["2 s"], "Final answer: 2 s <s>unclosed strike", C),
+]
+
+# Only the visible answer: HTML comments are hidden text, like reasoning blocks.
+HIDDEN_TEXT = [
+    (["2 s"], "Final answer: 2 s\n<!-- Final answer: 3 s -->", C),
+    (["3 s"], "Final answer: 2 s\n<!-- Final answer: 3 s -->", I),
+    (["3 s"], "Final answer: 2 s <!-- \\boxed{3 s} -->", I),
+    (["3 s"], "Final answer: 2 s\n<!-- never closed\nFinal answer: 3 s", I),
+    (["2 s"], "<!-- draft -->Final answer: 2 s", C),
+]
+
+# Candidate text that once made the grader fail (an unscored error) is a scored 0 now.
+PATHOLOGICAL = [
+    (["2 s"], "Final answer: 2 " + "per s " * 1000, U),
+    (["2 s"], "Final answer: 2 s" + "/s" * 5000, U),
+    (["2 s/s"], "Final answer: 2 " + " * ".join(["s"] * 3000), U),
+    (["2 s"], "Final answer: 2 " + "GB·" * 2000 + "s", U),
+    (["2 s"], "Final answer: " + "2 ± " * 3000 + "2 s", C),
+    (["2 s"], "Final answer: " + "¹" * 5000 + " s", N),
+    (["2 s"], "Final answer: " + r"\frac{1}{" * 3000 + "2 s", N),  # never closed: no number stands alone
+    (["2 s"], "Final answer: " + "<s>" * 20000 + "2 s", C),
+    (["2 s"], "Final answer: " + "~~" * 20000 + "2 s", N),  # "~~~" opens a code fence
+    (["2 s"], "Final answer: 2 s" + "<!--" * 20000, C),
+]
+
 TABLE = {
+    "right_answers_read_right": RIGHT_ANSWERS_READ_RIGHT,
+    "hidden_text": HIDDEN_TEXT,
+    "pathological": PATHOLOGICAL,
     "units": UNITS,
     "prefixes": PREFIXES_BINARY_DECIMAL,
     "latex": LATEX,
@@ -194,7 +248,7 @@ def test_verdicts_explain_each_value() -> None:
     first, second = result.values
     assert first.correct and first.extracted == "3.35 TB/s"
     assert not second.correct and second.extracted == "90 GB"
-    assert second.relative_error == pytest.approx(0.125)
+    assert second.relative_error == pytest.approx(0.125) and second.reason == "outside tolerance"
     assert second.expected_si == 80e9 and second.dimension == "[information]"
 
 

@@ -81,7 +81,7 @@ def test_cli_errors_when_nothing_could_be_scored(fake, book_env, capsys):
     args = parser_for(judge_check).parse_args(
         ["judge-check", "--model", "judge-garbage", "--base-url", fake.base_url, "--limit", "2"])
     assert args.func(args) == 2
-    assert "judge errors (unscored):     4" in capsys.readouterr().out
+    assert "no verdict or judge errors:  4" in capsys.readouterr().out
 
 
 def test_cli_rejects_a_malformed_url(book_env, capsys):
@@ -103,3 +103,34 @@ def test_exam_summary_command(capsys):
     out = capsys.readouterr().out
     assert out.startswith("| chapter | numeric | judge | total |")
     assert "| sharding |" in out and "Key-content items covered: 58 of 58" in out
+
+
+# ---- probing the constrained forms ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("model", "best"), [
+    ("judge-guided", "guided_choice"), ("judge-schema", "json_schema"), ("judge-logprobs", "logprobs"),
+    ("judge-match", "none"), ("judge-yes", "none"), ("judge-401", "none"),
+])
+def test_probe_finds_the_constraint_an_endpoint_honours(fake, model, best):
+    # Yes- and no-sayers answer the probe with yes/no, never with the probe's own words.
+    found = judge_check.probe_constraints(Settings(), model, fake.base_url)
+    assert judge_check.best_constraint(found) == best, found
+
+
+@pytest.mark.parametrize(("model", "mode"), [
+    ("judge-guided", "guided_choice"), ("judge-schema", "json_schema"), ("judge-logprobs", "logprobs"),
+])
+def test_constrained_judges_agree_in_their_mode_and_not_without_it(fake, judge_tasks, model, mode):
+    good = judge_check.run_check(Settings(), judge_tasks[:4], model=model, base_url=fake.base_url, constraint=mode)
+    assert good["agreement"] == 1.0 and good["errors"] == 0 and good["constraint"] == mode
+    free = judge_check.run_check(Settings(), judge_tasks[:4], model=model, base_url=fake.base_url, constraint="none")
+    assert free["scored"] == 0 and free["no_verdicts"] == 8  # chatty without its constraint
+
+
+def test_cli_probes_and_names_the_setting(fake, book_env, capsys):
+    args = parser_for(judge_check).parse_args(
+        ["judge-check", "--model", "judge-schema", "--base-url", fake.base_url, "--limit", "3"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "json_schema yes" in out and "guided_choice no" in out
+    assert "SCALING_GRADER_JUDGE__CONSTRAINT=json_schema" in out and "agreement: 100.0%" in out

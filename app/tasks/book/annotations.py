@@ -41,6 +41,9 @@ class Annotation:
     # For a question whose answer follows it without an answer block: the literal text where the
     # answer starts inside the question's span (the question is cut there).
     answer_starts: str | None = None
+    # Figures removed from the question's context, where the context states this question's own
+    # answer (an earlier worked answer, a table row); see tests/tasks/test_answers_not_served.py.
+    context_redact: tuple[str, ...] = ()
 
 
 def annotations_digest() -> str:
@@ -68,6 +71,7 @@ def _parse(key: str, body: dict) -> Annotation:
         assume=body.get("assume"),
         differs=body.get("differs"),
         answer_starts=body.get("answer_starts"),
+        context_redact=tuple(str(f) for f in body.get("context_redact", ())),
     )
     if grading == "numeric":
         if not values or not ann.ask:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,22 @@ def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str) -> 
         body = _tail(body, budget)
         body = elided + body
     return f"{where}\n\n{body}".strip() if body else where
+
+
+REDACTED = "[omitted]"
+
+
+def _redact(texts: tuple[str, ...], figures: tuple[str, ...], key: str) -> tuple[str, ...]:
+    """The prompt's book texts (context, question) with each figure (a number as written,
+    standing alone) replaced: a prompt must not state its own answer. A figure found in none of
+    them is an error, so a stale annotation is noticed rather than silently ignored."""
+    for figure in figures:
+        pattern = re.compile(rf"(?<![\d.]){re.escape(figure)}(?!\d|\.\d)")
+        redacted = [pattern.subn(REDACTED, text) for text in texts]
+        if not any(n for _, n in redacted):
+            raise AnnotationError(f"{key}: context_redact figure {figure!r} is not in the prompt")
+        texts = tuple(text for text, _ in redacted)
+    return texts
 
 
 def _tail(body: str, budget: int) -> str:
@@ -204,7 +221,10 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
                 continue
             keys = book_keys(ann) if ann.grading == "numeric" else None
             title = titles.get(name, name)
-            question_md = to_markdown(q.question.text(chapter.text))
+            context, question_md = _redact(
+                (_bounded_context(chapter, q, title), to_markdown(q.question.text(chapter.text))),
+                ann.context_redact, key,
+            )
             answer_md = to_markdown(answer_raw)
             named = chips_named(question_md + "\n" + answer_md)
             tasks.append(
@@ -212,7 +232,7 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
                     id=tid,
                     split=SPLIT,
                     prompt=_prompt(
-                        _bounded_context(chapter, q, title),
+                        context,
                         _hardware_block(named, records, headers),
                         question_md,
                         ann,
