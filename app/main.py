@@ -12,6 +12,7 @@ from app import __version__
 from app.api import coverage, grade, health, jobs, rewards, tasks
 from app.api.auth import TenantMiddleware
 from app.api.errors import document_error_bodies, install_error_handlers
+from app.api.routing import UnprefixedTwins, document_twins, install_not_found_hints
 from app.grading import GradingService
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
@@ -52,6 +53,7 @@ def _document_hand_parsed_bodies(app: FastAPI) -> None:
                 schema.setdefault("paths", {}).update(paths)
                 schema.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
             document_error_bodies(schema)
+            document_twins(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -78,9 +80,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (tasks, jobs, coverage, health):
         app.include_router(module.router)
     install_error_handlers(app)
+    install_not_found_hints(app)
     _document_hand_parsed_bodies(app)
     redis_client = getattr(grading.jobs, "async_redis", None)  # shared by the rate limiter
     app.add_middleware(TenantMiddleware, tenants=tenants, limiter=RateLimiter(redis_client))
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes)
+    app.add_middleware(UnprefixedTwins)  # GET /tasks, POST /grade...: the card's paths, answered by /v1
     return app
