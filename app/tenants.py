@@ -20,6 +20,9 @@ class Tenant:
     max_in_flight: int | None = None
     judge_model: str | None = None
     judge_base_urls: tuple[str, ...] = field(default_factory=tuple)
+    # Keys accepted only as the last segment of the reward URL (/get_reward/<key>), for trainers
+    # that cannot send a header (OpenRLHF's --reward.remote_url): a leaked URL opens nothing else.
+    reward_key_digests: tuple[str, ...] = field(default_factory=tuple)
 
 
 # The single user of a deployment without a tenants file.
@@ -57,6 +60,10 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
         digests = [digests] if isinstance(digests, str) else digests
         if not digests or any(len(d) != 64 for d in digests):
             raise TenantsFileError(f"tenant {name!r}: 'key_sha256' must hold SHA-256 hex digests")
+        reward_digests = entry.get("reward_key_sha256", [])
+        reward_digests = [reward_digests] if isinstance(reward_digests, str) else reward_digests
+        if any(not isinstance(d, str) or len(d) != 64 for d in reward_digests):
+            raise TenantsFileError(f"tenant {name!r}: 'reward_key_sha256' must hold SHA-256 hex digests")
         tenant = Tenant(
             name=name,
             rate_per_second=float(entry.get("rate_per_second", 50)),
@@ -64,6 +71,7 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
             max_in_flight=int(entry.get("max_in_flight", 256)),
             judge_model=entry.get("judge_model"),
             judge_base_urls=tuple(entry.get("judge_base_urls", ())),
+            reward_key_digests=tuple(d.lower() for d in reward_digests),
         )
         if tenant.rate_per_second <= 0 or tenant.burst < 1:
             raise TenantsFileError(f"tenant {name!r}: rate_per_second and burst must be positive")
@@ -73,4 +81,7 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
             by_digest[digest.lower()] = tenant
     if not by_digest:
         raise TenantsFileError(f"tenants file {path} lists no tenant")
+    reward_digests = [d for t in {id(t): t for t in by_digest.values()}.values() for d in t.reward_key_digests]
+    if len(set(reward_digests)) != len(reward_digests) or set(reward_digests) & set(by_digest):
+        raise TenantsFileError("a reward key digest is listed twice, or is also an API key digest")
     return by_digest
