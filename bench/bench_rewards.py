@@ -81,7 +81,7 @@ def openrlhf_single_rollouts(smoke: bool) -> None:
 
 
 def main(smoke: bool) -> None:
-    from app.client import GraderClient
+    from scaling_book.client import GraderClient
 
     batch = 64 if smoke else 256
     seconds = 1.0 if smoke else 9.0

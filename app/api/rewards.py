@@ -11,7 +11,6 @@ here is exactly the reward ``/v1/grade`` gives for the same item."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -23,10 +22,10 @@ from app.api.auth import tenant_of
 from app.api.errors import ApiError
 from app.api.plain import NamedRoute, OperationDocs, parse_body
 from app.api.schemas import Completion, GradeBatchRequest, GradeRequest
-from app.errors import JobPending
 from app.graders.dispatch import JudgeSpec
 from app.graders.result import GradeResult, Outcome
-from app.integrations.labels import UNSCORED_REASONS, in_order, pending, requests_for, settle, unscored, unscored_reason
+from app.integrations.grading import grade_labelled_with, grade_leniently
+from app.integrations.labels import UNSCORED_REASONS, in_order, pending, requests_for, unscored_reason
 from app.integrations.openrlhf import response_from_query
 
 
@@ -89,38 +88,7 @@ def _json(payload: object) -> Response:
 
 
 async def _grade(request: Request, items: list[GradeRequest], *, per_item_judge: bool = False) -> list[GradeResult]:
-    """Grade like /v1/grade/batch, but wait as long as the service allows for queued kinds
-    (unless an item sets its own wait): a reward endpoint answers with rewards, not job ids.
-    ``per_item_judge``: judge items without a usable judge are unscored one by one instead of
-    refusing the request (the label endpoints: a trainer cannot drop one item from its batch)."""
-    if not items:
-        return []
-    longest = request.app.state.settings.limits.max_wait_seconds
-    for item in items:  # parsed from this request alone: set in place (a copy costs more than parsing)
-        if item.wait is None:
-            item.wait = longest
-    grading, tenant = request.app.state.grading, tenant_of(request)
-
-    async def one(item: GradeRequest) -> GradeResult:
-        # One item (OpenRLHF sends one rollout per request) is graded as /v1/grade grades it, on
-        # the event loop: the worker-thread hop a batch takes costs more than a numeric grade.
-        try:
-            return await grading.grade(item, tenant)
-        except JobPending as still_queued:
-            return settle([still_queued])[0]
-        except ApiError as refused:
-            if refused.error == "judge_unavailable" and per_item_judge:
-                return unscored(f"judge_unavailable: {refused.detail}", "no_judge")
-            return grading._refused(item, refused)  # as grade_many: raises what concerns the whole request
-
-    if len(items) == 1:
-        return [await one(items[0])]
-    try:
-        return settle(await grading.grade_many(items, tenant))
-    except ApiError as problem:
-        if not per_item_judge or problem.error != "judge_unavailable":
-            raise
-    return list(await asyncio.gather(*(one(item) for item in items)))
+    return await grade_leniently(request.app.state.grading, items, tenant_of(request), per_item_judge=per_item_judge)
 
 
 async def rewards(request: Request) -> Response:
@@ -162,10 +130,10 @@ async def get_reward(request: Request) -> Response:
 async def grade_labelled(request: Request) -> Response:
     body = await parse_body(request, LabelledRequest)
     _check_size(request, len(body.items))
-    options = {"tolerance": body.tolerance, "all_or_nothing": body.all_or_nothing or None,
-               "partial_credit": body.partial_credit or None, "judge": body.judge}
-    slots = requests_for(((i.label, i.completion) for i in body.items), **options)
-    results = in_order(slots, await _grade(request, pending(slots), per_item_judge=True))
+    results = await grade_labelled_with(
+        request.app.state.grading, [i.label for i in body.items], [i.completion for i in body.items],
+        tenant_of(request), tolerance=body.tolerance, all_or_nothing=body.all_or_nothing,
+        partial_credit=body.partial_credit, judge=body.judge)
     return Response(content='{"results":[' + ",".join(r.model_dump_json() for r in results) + "]}",
                     media_type="application/json")
 

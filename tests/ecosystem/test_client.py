@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from app.client import AsyncGraderClient, GraderClient, GraderError, RetryPolicy, retry_after_seconds
+from scaling_book.client import AsyncGraderClient, GraderClient, GraderError, RetryPolicy, retry_after_seconds
 from tests.ecosystem.flaky import Script, flaky_proxy
 from tests.ecosystem.oracle import right, synthetic_tasks, wrong
 

@@ -32,10 +32,10 @@ FLAG_KEYS = {"scored", "correct", "no_answer", "unscored_bad_label", "unscored_n
 
 async def _openrlhf_post(url: str, payload: dict) -> dict:
     """OpenRLHF 0.11.2's request: a fresh session, json=, raise_for_status, .json()."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180)) as session:
-        async with session.post(url, json=payload) as response:
-            response.raise_for_status()
-            return await response.json()
+    async with (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180)) as session,
+                session.post(url, json=payload) as response):
+        response.raise_for_status()
+        return await response.json()
 
 
 def pull_rewards(url: str, rollouts: list[tuple[str, str, object]]) -> list[dict]:
