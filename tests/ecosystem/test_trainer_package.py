@@ -4,6 +4,7 @@ trainer's own `app` package must not be shadowed, nor needed)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,8 +16,10 @@ from tests.support.server import ROOT
 
 
 def test_the_wheel_holds_scaling_book_only_and_needs_only_httpx(tmp_path: Path) -> None:
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT / "scaling_book"),
-                            "-w", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    source = shutil.copytree(ROOT / "scaling_book", tmp_path / "src", ignore=shutil.ignore_patterns(
+        "*.egg-info", "build", "__pycache__"))  # built out of the tree: no build/ left in the checkout
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(source), "-w", str(tmp_path)],
+                           capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
     [wheel] = tmp_path.glob("scaling_book-*.whl")
     with zipfile.ZipFile(wheel) as archive:
