@@ -13,6 +13,7 @@ alone, never a failed batch."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -24,6 +25,11 @@ from app.graders.result import GradeResult, Outcome
 
 class LabelError(ValueError):
     """The label names no usable target."""
+
+
+# The `tasks` split's own export publishes its ids without the split prefix ("sc-000"): a label
+# read from that dataset names the task "tasks/sc-000".
+_BARE_ROWS_ID = re.compile(r"sc-\d{3}")
 
 
 def _is_task_id(text: str) -> bool:
@@ -41,6 +47,8 @@ def target_from_label(label: Any) -> dict[str, Any]:
             raise LabelError("empty label")
         if text[0] not in "[{":
             # "80 GB" or "3.35 TB/s" is an answer, not an id: ids start with their split's name
+            if _BARE_ROWS_ID.fullmatch(text):
+                return {"task_id": f"tasks/{text}"}
             return {"task_id": text} if _is_task_id(text) else {"reference": {"values": [text]}}
         try:
             value = json.loads(text)
