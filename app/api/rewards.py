@@ -25,7 +25,7 @@ from app.api.schemas import Completion, GradeBatchRequest, GradeRequest
 from app.graders.dispatch import JudgeSpec
 from app.graders.result import GradeResult, Outcome
 from app.integrations.grading import grade_labelled_with, grade_leniently
-from app.integrations.labels import UNSCORED_REASONS, in_order, pending, requests_for, unscored_reason
+from app.integrations.labels import UNSCORED_REASONS, in_order, pending, requests_for, unscored, unscored_reason
 from app.integrations.openrlhf import response_from_query
 
 
@@ -102,15 +102,18 @@ async def get_reward(request: Request) -> Response:
     body = await parse_body(request, GetRewardRequest)
     n = len(body.query)
     _check_size(request, n)
-    for name in ("prompts", "labels"):
-        given = getattr(body, name)
-        if given is not None and len(given) != n:
-            raise ApiError(422, "invalid_request", f"{name} has {len(given)} entries for {n} queries")
-    prompts = body.prompts or [None] * n
-    labels = body.labels or [None] * n
-    responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
-    slots = requests_for(zip(labels, responses, strict=True))
-    results = in_order(slots, await _grade(request, pending(slots), per_item_judge=True))
+    # Lists that do not line up cannot say which label goes with which query: every item is
+    # unscored, with the reason (a trainer reads a 4xx as "no rewards at all" anyway).
+    mismatch = next((f"{name} has {len(given)} entries for {n} queries" for name in ("prompts", "labels")
+                     if (given := getattr(body, name)) is not None and len(given) != n), None)
+    if mismatch is not None:
+        results = [unscored(mismatch) for _ in body.query]
+    else:
+        prompts = body.prompts or [None] * n
+        labels = body.labels or [None] * n
+        responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
+        slots = requests_for(zip(labels, responses, strict=True))
+        results = in_order(slots, await _grade(request, pending(slots), per_item_judge=True))
     # OpenRLHF turns every list into a tensor, so no nulls and no strings: an unscored item gets
     # 0.0, the `scored` mask says which rewards to trust and the unscored_* flags say why.
     values = [r.reward if r.scored else 0.0 for r in results]
