@@ -18,8 +18,9 @@ __version__ = "0.1.0"
 
 # The v1 plugin classes are built on first access (they subclass verifiers' own), so importing
 # this package never needs verifiers.
-_V1_NAMES = ("ScalingBookTaskset", "ScalingBookTask", "ScalingBookTasksetConfig", "ScalingBookData")
-__all__ = ["ScalingBookTaskset", "load_environment"]
+_V1_NAMES = ("ScalingBookTaskset", "ScalingBookTask", "ScalingBookTasksetConfig", "ScalingBookData",
+             "ScalingBookHarness")
+__all__ = ["ScalingBookHarness", "ScalingBookTaskset", "load_environment"]
 
 
 def load_environment(**env_args: Any) -> Any:

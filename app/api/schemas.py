@@ -191,6 +191,10 @@ def document_refusals(schema: dict[str, Any]) -> None:
             if path not in ("/healthz", "/readyz", "/metrics") and not any(s.startswith("4") for s in responses
                                                                            if s != "422"):
                 responses["4XX"] = {"description": "refused: {error, detail}", **body}
+    readyz = schema.get("paths", {}).get("/readyz", {}).get("get")
+    if readyz is not None:
+        readyz["responses"].setdefault("503", {"description": "not ready: {ready: false, checks} names the failing "
+                                                              "checks"})
     metrics = schema.get("paths", {}).get("/metrics", {}).get("get")
     if metrics is not None:
         metrics["responses"]["200"] = {"description": "Prometheus text exposition format",
