@@ -52,3 +52,18 @@ def unscored(explanation: str, reason: str = "fault") -> GradeResult:
     """A result standing in for a verdict that could not be had."""
     return GradeResult(grading="unknown", outcome="error", reward=0.0, explanation=explanation[:300],
                        details={"unscored": reason})
+
+
+class JudgeUnavailable(RuntimeError):
+    """Judge-graded items met a service (or in-process settings) without a usable judge."""
+
+
+def require_judges(results: list[GradeResult]) -> list[GradeResult]:
+    """The results, unless some item was judge-graded with no judge to ask: a trainer that can
+    only take a number (verl) would learn 0.0 for every such item, so that is a configuration
+    error to fix, not a reward."""
+    missing = [r for r in results if r.details.get("unscored") == "no_judge"]
+    if missing:
+        raise JudgeUnavailable(f"{len(missing)} of {len(results)} items are judge-graded and no judge is usable "
+                               f"({missing[0].explanation}); name one (judge=...) or configure the service's judge")
+    return results

@@ -9,7 +9,8 @@ TRL (1.16, ``GRPOTrainer._calculate_rewards``) calls a reward function with keyw
 ``log_extra`` and ``log_metric``. Here the label column is read (``task_id`` by default: the
 column ``scaling-grader export`` writes), holding task ids, quantities or JSON references. TRL
 expects one float per completion, ``None`` where the function has no verdict (it becomes NaN and
-is left out): an unscored grade (a judge fault, an unreadable label) is ``None``."""
+is left out): an unscored grade (a judge fault, an unreadable label) is ``None``. Judge-graded items
+with no usable judge raise ``JudgeUnavailable`` (a configuration to fix, not a reward)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from scaling_book.grading import grade_labelled, grade_labelled_async
-from scaling_book.results import GradeResult
+from scaling_book.results import GradeResult, require_judges
 
 LABEL_COLUMN = "task_id"
 RewardFunc = Callable[..., list[float | None]]
@@ -46,7 +47,8 @@ def make_reward_func(service_url: str | None = None, *, label_column: str = LABE
     def reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                **kwargs: Any) -> list[float | None]:
         labels = _labels(kwargs, label_column, len(completions))
-        return _rewards(grade_labelled(labels, completions, service_url, tolerance=tolerance, judge=judge))
+        return _rewards(require_judges(grade_labelled(labels, completions, service_url, tolerance=tolerance,
+                                                      judge=judge)))
 
     reward.__name__ = name
     return reward
@@ -60,8 +62,8 @@ def make_async_reward_func(service_url: str | None = None, *, label_column: str 
     async def reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                      **kwargs: Any) -> list[float | None]:
         labels = _labels(kwargs, label_column, len(completions))
-        return _rewards(await grade_labelled_async(labels, completions, service_url, tolerance=tolerance,
-                                                   judge=judge))
+        return _rewards(require_judges(await grade_labelled_async(labels, completions, service_url,
+                                                                  tolerance=tolerance, judge=judge)))
 
     reward.__name__ = name
     return reward

@@ -16,6 +16,7 @@ $SCALING_GRADER_URL) or in-process; the ``scored`` metric says whether the grade
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import fields
 from typing import Any
 
 import verifiers.v1 as vf
@@ -47,10 +48,9 @@ class ScalingBookTasksetConfig(vf.TasksetConfig):
     num_examples: int | None = None
 
     def selection(self) -> Selection:
-        return Selection(split=self.split, chapters=self.chapters, num_synthetic_examples=self.num_synthetic_examples,
-                         seed=self.seed, tolerance=self.tolerance, judge_model=self.judge_model,
-                         judge_base_url=self.judge_base_url, judge_api_key_var=self.judge_api_key_var,
-                         service_url=self.service_url, num_examples=self.num_examples)
+        """The same arguments as the 0.3 environment's (the fields above mirror Selection's)."""
+        given = type(self).model_fields
+        return Selection(**{f.name: getattr(self, f.name) for f in fields(Selection) if f.name in given})
 
 
 class ScalingBookTask(vf.Task[ScalingBookData]):

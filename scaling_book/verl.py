@@ -21,7 +21,8 @@ manager calls ``compute_score_batch(data_sources=, solution_strs=, ground_truths
 reference. The service is ``reward_kwargs["scaling_grader_url"]``, else
 ``extra_info["scaling_grader_url"]``, else $SCALING_GRADER_URL; with none, grading runs in the
 trainer's process. verl stores every key of the returned dicts as a per-sample column, so the keys
-and their types are the same for every sample, faults included."""
+and their types are the same for every sample, faults included. A judge-graded item with no usable
+judge raises ``JudgeUnavailable`` rather than score 0.0."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scaling_book.grading import grade_labelled
-from scaling_book.results import GradeResult
+from scaling_book.results import GradeResult, require_judges
 
 URL_KEY = "scaling_grader_url"
 # Grade-request options read from reward_kwargs, or per sample from extra_info.
@@ -83,8 +84,8 @@ def _grade_all(solutions: list[Any], truths: list[Any], extras: list[Any],
     out: dict[int, dict[str, Any]] = {}
     for indices in groups.values():
         url, options = settings[indices[0]]
-        results = grade_labelled([_plain(truths[i]) for i in indices], [str(solutions[i]) for i in indices], url,
-                                 **options)
+        results = require_judges(grade_labelled([_plain(truths[i]) for i in indices],
+                                                [str(solutions[i]) for i in indices], url, **options))
         out.update((i, score_dict(r)) for i, r in zip(indices, results, strict=True))
     return [out[i] for i in range(len(solutions))]
 

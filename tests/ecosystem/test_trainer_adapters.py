@@ -128,3 +128,20 @@ def test_verl_batch_function_sends_one_request_per_batch(server_url: str) -> Non
                for s, truth in zip(solutions, truths, strict=True)]
     assert batch == singles
     assert [b["score"] for b in batch] == [1.0 if i % 2 else 0.0 for i in range(len(tasks))]
+
+
+def test_judge_items_without_a_judge_raise_rather_than_score(server_url: str) -> None:
+    from app.settings import get_settings
+    from app.tasks.registry import get_bank
+    from scaling_book.results import JudgeUnavailable
+
+    judged = next(t for t in get_bank("book", get_settings()).batch(seed=0, n=200) if t.grading == "judge")
+    numeric = synthetic_tasks(1, seed=39)[0]
+    with pytest.raises(JudgeUnavailable, match="judge"):
+        compute_score("x", "An explanation.", judged.id, {"scaling_grader_url": server_url})
+    with pytest.raises(JudgeUnavailable):
+        compute_score_batch(data_sources=["x", "x"], solution_strs=["An explanation.", right(numeric.id)],
+                            ground_truths=[judged.id, numeric.id], extra_infos=[None, None],
+                            scaling_grader_url=server_url)
+    with pytest.raises(JudgeUnavailable):
+        make_reward_func(server_url)(prompts=["p"], completions=["An explanation."], task_id=[judged.id])
