@@ -64,7 +64,7 @@ def openrlhf_single_rollouts(smoke: bool) -> None:
     bodies = [{"query": [q], "prompts": [p], "labels": [lab]} for q, p, lab in zip(queries, prompts, labels,
                                                                                    strict=True)]
     expected = [0.0 if i % 2 else 1.0 for i in range(len(bodies))]
-    rounds = 1 if smoke else 2
+    rounds = 1 if smoke else 3
     ours_best = bare_best = None
     for _ in range(rounds):  # interleaved, best of each: the machine is shared
         with uvicorn_server(["--factory", "app.main:create_app"]) as port:
