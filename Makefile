@@ -19,12 +19,14 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # The service with the impl extra (numpy and CPU JAX for the sandboxed exercises).
-$(VENV)/.serve: pyproject.toml | $(BIN)/python
+$(VENV)/.serve: pyproject.toml scaling_book/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[jax]'
+	$(BIN)/pip install -q -e ./scaling_book
 	touch $@
 
-$(VENV)/.test: pyproject.toml | $(BIN)/python
+$(VENV)/.test: pyproject.toml scaling_book/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e ./scaling_book
 	touch $@
 
 # Redis (tests start their own servers), bubblewrap (the sandbox's strongest tier) and chromium

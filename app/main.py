@@ -13,6 +13,8 @@ from app.api import coverage, grade, health, jobs, rewards, status, tasks
 from app.api.auth import TenantMiddleware
 from app.api.docs import install_offline_docs
 from app.api.errors import document_error_bodies, install_error_handlers
+from app.api.routing import UnprefixedTwins, document_twins, install_not_found_hints
+from app.api.schemas import document_limits, document_refusals
 from app.grading import GradingService
 from app.jobs.queue_metrics import watch_queues
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
@@ -43,7 +45,7 @@ def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, 
     return checks
 
 
-def _document_hand_parsed_bodies(app: FastAPI) -> None:
+def _document_hand_parsed_bodies(app: FastAPI, settings: Settings) -> None:
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -54,6 +56,9 @@ def _document_hand_parsed_bodies(app: FastAPI) -> None:
                 schema.setdefault("paths", {}).update(paths)
                 schema.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
             document_error_bodies(schema)
+            document_refusals(schema)
+            document_limits(schema, settings.limits)
+            document_twins(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -82,9 +87,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     install_offline_docs(app)
     install_error_handlers(app)
-    _document_hand_parsed_bodies(app)
+    install_not_found_hints(app)
+    _document_hand_parsed_bodies(app, settings)
     redis_client = getattr(grading.jobs, "async_redis", None)  # shared by the rate limiter
     app.add_middleware(TenantMiddleware, tenants=tenants, limiter=RateLimiter(redis_client))
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes)
+    app.add_middleware(UnprefixedTwins)  # GET /tasks, POST /grade...: the card's paths, answered by /v1
     return app

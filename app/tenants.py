@@ -20,6 +20,10 @@ class Tenant:
     max_in_flight: int | None = None
     judge_model: str | None = None
     judge_base_urls: tuple[str, ...] = field(default_factory=tuple)
+    # Keys accepted only as the last segment of the reward URL (/get_reward/<key>), for trainers
+    # that cannot send a header (OpenRLHF's --reward.remote_url): a leaked URL opens nothing else.
+    reward_key_digests: tuple[str, ...] = field(default_factory=tuple)
+
     # Show expected values (the gold) in responses to task-id grades: for debugging and evaluation
     # reports only, never for a tenant whose policy can read its grades. None: the server setting
     # (the local user of a deployment without a tenants file).
@@ -64,6 +68,10 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
         digests = [digests] if isinstance(digests, str) else digests
         if not digests or any(len(d) != 64 for d in digests):
             raise TenantsFileError(f"tenant {name!r}: 'key_sha256' must hold SHA-256 hex digests")
+        reward_digests = entry.get("reward_key_sha256", [])
+        reward_digests = [reward_digests] if isinstance(reward_digests, str) else reward_digests
+        if any(not isinstance(d, str) or len(d) != 64 for d in reward_digests):
+            raise TenantsFileError(f"tenant {name!r}: 'reward_key_sha256' must hold SHA-256 hex digests")
         tenant = Tenant(
             name=name,
             rate_per_second=float(entry.get("rate_per_second", 50)),
@@ -72,6 +80,7 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
             judge_model=entry.get("judge_model"),
             judge_base_urls=tuple(entry.get("judge_base_urls", ())),
             reveal_expected=entry.get("reveal_expected", False),
+            reward_key_digests=tuple(d.lower() for d in reward_digests),
         )
         if not isinstance(tenant.reveal_expected, bool):
             raise TenantsFileError(f"tenant {name!r}: 'reveal_expected' must be true or false")
@@ -83,4 +92,7 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
             by_digest[digest.lower()] = tenant
     if not by_digest:
         raise TenantsFileError(f"tenants file {path} lists no tenant")
+    reward_digests = [d for t in {id(t): t for t in by_digest.values()}.values() for d in t.reward_key_digests]
+    if len(set(reward_digests)) != len(reward_digests) or set(reward_digests) & set(by_digest):
+        raise TenantsFileError("a reward key digest is listed twice, or is also an API key digest")
     return by_digest

@@ -27,6 +27,11 @@ BASIC_CHALLENGE = b'Basic realm="scaling-grader", charset="UTF-8"'
 def _is_browser_page(path: str) -> bool:
     return path in BROWSER_PAGES or path.startswith("/docs/")
 
+# OpenRLHF posts to a bare URL from a fresh session, with no way to add a header: its tenants put
+# a reward key in the path instead, /get_reward/<key>.
+REWARD_PATH = "/get_reward"
+REWARD_KEY_PREFIX = REWARD_PATH + "/"
+
 
 def _error(status: int, error: str, detail: str, headers: list[tuple[bytes, bytes]]) -> tuple[dict, dict]:
     body = json.dumps({"error": error, "detail": detail}).encode()
@@ -39,17 +44,26 @@ def _error(status: int, error: str, detail: str, headers: list[tuple[bytes, byte
 class TenantMiddleware:
     def __init__(self, app: Any, tenants: dict[str, Tenant] | None, limiter: RateLimiter) -> None:
         self.app, self.tenants, self.limiter = app, tenants, limiter
+        self.reward_keys = ({d: t for t in tenants.values() for d in t.reward_key_digests}
+                            if tenants is not None else None)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         tenant = LOCAL_TENANT
+        url_key = None
+        if scope["path"].startswith(REWARD_KEY_PREFIX):
+            # Out of the path before anything can see it: the route, the metrics label, error
+            # logs and an access log (which reads this same scope) all get the bare route.
+            url_key = scope["path"][len(REWARD_KEY_PREFIX):]
+            scope["path"], scope["raw_path"] = REWARD_PATH, REWARD_PATH.encode()
         if self.tenants is not None and scope["path"] not in OPEN_PATHS:
-            found = self._tenant(scope)
+            found = self._tenant(scope) if url_key is None else self._reward_tenant(url_key)
             if found is None:
                 challenge = BASIC_CHALLENGE if _is_browser_page(scope["path"]) else b"Bearer"
-                for message in _error(401, "unauthorized", "a valid 'Authorization: Bearer <key>' is required",
+                for message in _error(401, "unauthorized", "a valid 'Authorization: Bearer <key>' (or a reward URL "
+                                      "key in /get_reward/<key>) is required",
                                       [(b"www-authenticate", challenge)]):
                     await send(message)
                 return
@@ -64,6 +78,10 @@ class TenantMiddleware:
             child(TENANT_REQUESTS, tenant.name).inc()
         scope.setdefault("state", {})["tenant"] = tenant
         await self.app(scope, receive, send)
+
+    def _reward_tenant(self, key: str) -> Tenant | None:
+        assert self.reward_keys is not None
+        return self.reward_keys.get(hash_key(key)) if key else None
 
     def _tenant(self, scope: dict[str, Any]) -> Tenant | None:
         for key, value in scope.get("headers", ()):

@@ -1,5 +1,9 @@
-"""Reward endpoints for trainers: ``POST /v1/rewards`` (ordered floats, null when unscored) and
-OpenRLHF's remote reward model at ``POST /get_reward``.
+"""Reward endpoints for trainers: ``POST /v1/rewards`` (ordered floats, null when unscored),
+OpenRLHF's remote reward model at ``POST /get_reward`` and ``POST /v1/grade/labelled`` (results for
+trainer labels, what the ``scaling_book`` package sends).
+
+The two label endpoints never fail a request for one item: an unreadable label, or a judge item
+on a service without a judge, is that item's unscored result, with the reason.
 
 Both are plain Starlette routes like the grading routes (a trainer calls them once per rollout
 batch, so they sit on the hot path too) and grade through the same ``GradingService``: a reward
@@ -17,9 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.auth import tenant_of
 from app.api.errors import ApiError
 from app.api.plain import NamedRoute, OperationDocs, parse_body
-from app.api.schemas import GradeBatchRequest, GradeRequest
+from app.api.schemas import Completion, GradeBatchRequest, GradeRequest
+from app.graders.dispatch import JudgeSpec
 from app.graders.result import GradeResult, Outcome
-from app.integrations.labels import in_order, pending, requests_for, settle
+from app.integrations.grading import grade_labelled_with, grade_leniently
+from app.integrations.labels import UNSCORED_REASONS, in_order, pending, requests_for, unscored, unscored_reason
 from app.integrations.openrlhf import response_from_query
 
 
@@ -27,21 +33,48 @@ class RewardsResponse(BaseModel):
     rewards: list[float | None] = Field(description="in request order; null for an unscored item")
 
 
+LABEL_DOC = ("a task id, a quantity (\"80 GB\" or a number), a list of quantities, or a JSON reference "
+             "object; any JSON value is accepted and an unreadable one only makes its item unscored")
+
+
 class GetRewardRequest(BaseModel):
-    """OpenRLHF's remote reward model request (``--remote_rm_url``)."""
+    """OpenRLHF's remote reward model request (``--reward.remote_url``): one rollout per request
+    in current versions; several URLs may leave a shard empty."""
 
     model_config = ConfigDict(extra="ignore")  # OpenRLHF versions add fields; ignore, don't refuse
-    query: list[str] = Field(min_length=1, description="prompt + response, decoded with special tokens")
+    query: list[str] = Field(description="prompt + response, decoded with special tokens (may be empty)")
     prompts: list[str] | None = Field(None, description="the prompts, to cut them off the queries")
-    labels: list[str | dict[str, Any] | None] | None = Field(
-        None, description="per sample: a task id, or a JSON inline reference"
-    )
+    labels: list[Any] | None = Field(None, description=f"per sample: {LABEL_DOC}")
 
 
 class GetRewardResponse(BaseModel):
     rewards: list[float] = Field(description="unscored items get 0.0 (see extra_logs.scored)")
     scores: list[float]
-    extra_logs: dict[str, list[float]] = Field(description="per-sample scored, correct and no_answer flags")
+    extra_logs: dict[str, list[float]] = Field(
+        description="per-sample 0/1 flags, the same keys on every response: scored, correct, no_answer, and "
+                    "unscored_bad_label, unscored_no_judge, unscored_fault saying why an item has no reward"
+    )
+
+
+class LabelledItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    label: Any = Field(description=LABEL_DOC)
+    completion: Completion
+
+
+class LabelledRequest(BaseModel):
+    """Completions with trainer labels, graded with the same options."""
+
+    model_config = ConfigDict(extra="forbid")
+    items: list[LabelledItem] = Field(description="may be empty")
+    tolerance: float | None = Field(None, gt=0, lt=1, description="relative tolerance override")
+    all_or_nothing: bool = False
+    partial_credit: bool = False
+    judge: JudgeSpec | None = None
+
+
+class LabelledResponse(BaseModel):
+    results: list[GradeResult] = Field(description="in request order; unscored items say why in details.unscored")
 
 
 def _check_size(request: Request, n: int) -> None:
@@ -54,16 +87,8 @@ def _json(payload: object) -> Response:
     return Response(content=json.dumps(payload, separators=(",", ":")), media_type="application/json")
 
 
-async def _grade(request: Request, items: list[GradeRequest]) -> list[GradeResult]:
-    """Grade like /v1/grade/batch, but wait as long as the service allows for queued kinds
-    (unless an item sets its own wait): a reward endpoint answers with rewards, not job ids."""
-    if not items:
-        return []
-    longest = request.app.state.settings.limits.max_wait_seconds
-    for item in items:  # parsed from this request alone: set in place (a copy costs more than parsing)
-        if item.wait is None:
-            item.wait = longest
-    return settle(await request.app.state.grading.grade_many(items, tenant_of(request)))
+async def _grade(request: Request, items: list[GradeRequest], *, per_item_judge: bool = False) -> list[GradeResult]:
+    return await grade_leniently(request.app.state.grading, items, tenant_of(request), per_item_judge=per_item_judge)
 
 
 async def rewards(request: Request) -> Response:
@@ -77,18 +102,22 @@ async def get_reward(request: Request) -> Response:
     body = await parse_body(request, GetRewardRequest)
     n = len(body.query)
     _check_size(request, n)
-    for name in ("prompts", "labels"):
-        given = getattr(body, name)
-        if given is not None and len(given) != n:
-            raise ApiError(422, "invalid_request", f"{name} has {len(given)} entries for {n} queries")
-    prompts = body.prompts or [None] * n
-    labels = body.labels or [None] * n
-    responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
-    slots = requests_for(zip(labels, responses, strict=True))
-    results = in_order(slots, await _grade(request, pending(slots)))
-    # OpenRLHF turns every list into a tensor, so no nulls: an unscored item gets 0.0 and the
-    # `scored` mask in extra_logs says which rewards to trust.
+    # Lists that do not line up cannot say which label goes with which query: every item is
+    # unscored, with the reason (a trainer reads a 4xx as "no rewards at all" anyway).
+    mismatch = next((f"{name} has {len(given)} entries for {n} queries" for name in ("prompts", "labels")
+                     if (given := getattr(body, name)) is not None and len(given) != n), None)
+    if mismatch is not None:
+        results = [unscored(mismatch) for _ in body.query]
+    else:
+        prompts = body.prompts or [None] * n
+        labels = body.labels or [None] * n
+        responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
+        slots = requests_for(zip(labels, responses, strict=True))
+        results = in_order(slots, await _grade(request, pending(slots), per_item_judge=True))
+    # OpenRLHF turns every list into a tensor, so no nulls and no strings: an unscored item gets
+    # 0.0, the `scored` mask says which rewards to trust and the unscored_* flags say why.
     values = [r.reward if r.scored else 0.0 for r in results]
+    reasons = [unscored_reason(r) for r in results]
     return _json({
         "rewards": values,
         "scores": values,
@@ -96,14 +125,27 @@ async def get_reward(request: Request) -> Response:
             "scored": [float(r.scored) for r in results],
             "correct": [float(r.outcome is Outcome.correct) for r in results],
             "no_answer": [float(r.outcome is Outcome.no_answer) for r in results],
+            **{f"unscored_{name}": [float(why == name) for why in reasons] for name in UNSCORED_REASONS},
         },
     })
+
+
+async def grade_labelled(request: Request) -> Response:
+    body = await parse_body(request, LabelledRequest)
+    _check_size(request, len(body.items))
+    results = await grade_labelled_with(
+        request.app.state.grading, [i.label for i in body.items], [i.completion for i in body.items],
+        tenant_of(request), tolerance=body.tolerance, all_or_nothing=body.all_or_nothing,
+        partial_credit=body.partial_credit, judge=body.judge)
+    return Response(content='{"results":[' + ",".join(r.model_dump_json() for r in results) + "]}",
+                    media_type="application/json")
 
 
 # Wiring: app.router.routes[0:0] = grade.ROUTES + rewards.ROUTES (see the report / README).
 ROUTES = [
     NamedRoute("/v1/rewards", rewards, methods=["POST"], include_in_schema=False),
     NamedRoute("/get_reward", get_reward, methods=["POST"], include_in_schema=False),
+    NamedRoute("/v1/grade/labelled", grade_labelled, methods=["POST"], include_in_schema=False),
 ]
 
 
@@ -114,4 +156,6 @@ def openapi_paths() -> tuple[dict[str, Any], dict[str, Any]]:
               response=RewardsResponse, ok="rewards in request order")
     docs.post("/get_reward", tag="rewards", summary="OpenRLHF remote reward model", body=GetRewardRequest,
               response=GetRewardResponse, ok="rewards in request order")
+    docs.post("/v1/grade/labelled", tag="rewards", summary="Grade completions against trainer labels",
+              body=LabelledRequest, response=LabelledResponse, ok="the verdicts, in order")
     return docs.paths, docs.schemas

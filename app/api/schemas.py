@@ -1,8 +1,14 @@
 """Request bodies. Everything a client sends is bounded here, so that validation, not the
-graders, is where oversized or malformed input stops."""
+graders, is where oversized or malformed input stops.
+
+Their OpenAPI schemas say the same rules (a fuzzer generating from the spec must not meet a
+refusal): "exactly one of" fields as ``oneOf``, and, in ``document_limits``, the limits that come
+from settings. Inline quantities are documented by a pattern that admits only values the unit
+parser accepts (the service takes more units than the pattern lists)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictStr, model_validator
@@ -53,10 +59,51 @@ def lacks_answer_message(completion: str | list[ChatMessage]) -> bool:
     return not isinstance(completion, str) and answer_message(completion) is None
 
 
+# Documented form of an inline quantity: a finite number, optionally a space and a common unit.
+QUANTITY_UNITS = ("s", "ms", "us", "ns", "B", "kB", "KB", "MB", "GB", "TB", "PB", "KiB", "MiB", "GiB", "TiB",
+                  "FLOP", "FLOPs", "GFLOP", "TFLOP", "PFLOP", "FLOP/s", "GFLOP/s", "TFLOP/s", "PFLOP/s", "B/s",
+                  "GB/s", "TB/s", "GiB/s", "W", "bytes", "tokens", "tokens/s")
+QUANTITY_PATTERN = (r"^[-+]?(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][-+]?[0-9]{1,2})?"
+                    "(?: (?:" + "|".join(re.escape(u) for u in QUANTITY_UNITS) + "))?$")
+
+
+def _without_null(schema: dict[str, Any], *names: str) -> None:
+    """Document optional fields as absent-or-valued: null is accepted for "not given", but a
+    generator that sends it for an "exactly one of" field would be told the wrong rule."""
+    for name in names:
+        prop = schema.get("properties", {}).get(name)
+        if prop and "anyOf" in prop:
+            kept = [branch for branch in prop.pop("anyOf") if branch.get("type") != "null"]
+            prop.update(kept[0] if len(kept) == 1 else {"anyOf": kept})
+        if prop is not None:
+            prop.pop("default", None)
+
+
+def exactly_one_of(*names: str) -> Any:
+    def extra(schema: dict[str, Any]) -> None:
+        _without_null(schema, *names)
+        schema["oneOf"] = [{"required": [name]} for name in names]
+
+    return extra
+
+
+def _reference_schema(schema: dict[str, Any]) -> None:
+    exactly_one_of("values", "rows")(schema)
+    _without_null(schema, "tolerance")
+    values = schema["properties"]["values"]
+    for branch in values["items"].get("anyOf", []):
+        if branch.get("type") == "string":
+            branch["pattern"] = QUANTITY_PATTERN
+    rows = schema["properties"]["rows"]
+    rows["minItems"] = 1
+    rows["items"] = {"type": "object", "minProperties": 1,
+                     "additionalProperties": {"type": ["string", "number", "boolean", "null"]}}
+
+
 class InlineReference(BaseModel):
     """A label passed without a task id, the way trainers carry ground truth."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_reference_schema)
     # Strict: a JSON true/false is not a quantity (lax float parsing would read it as 1.0/0.0).
     values: list[StrictStr | StrictFloat] | None = Field(
         None, min_length=1, max_length=32, description='required quantities, e.g. ["3.35 TB/s", "80 GB"]'
@@ -72,7 +119,7 @@ class InlineReference(BaseModel):
 
 
 class GradeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=exactly_one_of("task_id", "reference"))
     task_id: str | None = Field(None, min_length=1, max_length=200)
     reference: InlineReference | None = None
     completion: Completion
@@ -113,3 +160,55 @@ class ErrorBody(BaseModel):
     error: str
     detail: str
     kind: Literal["error"] = "error"
+
+
+def document_limits(schema: dict[str, Any], limits: Any) -> None:
+    """Put the limits the service enforces from its settings into its OpenAPI document: list
+    lengths of the batch bodies, the completion size, the page size of GET /v1/tasks."""
+    components = schema.get("components", {}).get("schemas", {})
+    lists = {"GradeBatchRequest": ("items",), "LabelledRequest": ("items",),
+             "GetRewardRequest": ("query", "prompts", "labels")}
+    for name, fields in lists.items():
+        for field in fields:
+            prop = components.get(name, {}).get("properties", {}).get(field)
+            for branch in [prop, *(prop or {}).get("anyOf", [])] if prop else []:
+                if branch.get("type") == "array":
+                    branch["maxItems"] = limits.max_grades_per_batch
+    text = limits.max_completion_chars
+    for name in ("GradeRequest", "LabelledItem"):
+        completion = components.get(name, {}).get("properties", {}).get("completion", {})
+        for branch in completion.get("anyOf", []):
+            if branch.get("type") == "string":
+                branch["maxLength"] = text
+    content = components.get("ChatMessage", {}).get("properties", {}).get("content", {})
+    for branch in content.get("anyOf", []):
+        if branch.get("type") == "string":
+            branch["maxLength"] = text
+        elif branch.get("type") == "array":  # the parts are joined: bound their number and size
+            branch["maxItems"] = 16
+            branch["items"] = {"type": "object", "properties": {"type": {"type": "string", "maxLength": 32},
+                                                                 "text": {"type": "string", "maxLength": text // 16}}}
+    for path in ("/v1/tasks", "/tasks"):
+        for parameter in schema.get("paths", {}).get(path, {}).get("get", {}).get("parameters", []):
+            if parameter.get("name") == "n":
+                parameter.setdefault("schema", {})["maximum"] = limits.max_tasks_per_request
+
+
+def document_refusals(schema: dict[str, Any]) -> None:
+    """Every operation documents its refusals (the {error, detail} body, any 4xx: an unknown id
+    is a 404 on most routes), and /metrics its real content type."""
+    body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+    for path, operations in schema.get("paths", {}).items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            if path not in ("/healthz", "/readyz", "/metrics") and not any(s.startswith("4") for s in responses
+                                                                           if s != "422"):
+                responses["4XX"] = {"description": "refused: {error, detail}", **body}
+    readyz = schema.get("paths", {}).get("/readyz", {}).get("get")
+    if readyz is not None:
+        readyz["responses"].setdefault("503", {"description": "not ready: {ready: false, checks} names the failing "
+                                                              "checks"})
+    metrics = schema.get("paths", {}).get("/metrics", {}).get("get")
+    if metrics is not None:
+        metrics["responses"]["200"] = {"description": "Prometheus text exposition format",
+                                       "content": {"text/plain": {"schema": {"type": "string"}}}}

@@ -74,15 +74,15 @@ def run(args: argparse.Namespace) -> int:
     from app.evaluation.progress import progress_bar
     from app.evaluation.report import write_report
     from app.evaluation.runner import EvalConfig, run_rollouts
-    from app.integrations.tasks import parse_chapters, public_tasks
     from app.tasks.base import UnknownTask
     from app.tasks.registry import UnknownSplit
+    from scaling_book.tasks import chapter_list, public_tasks
 
     if args.num_tasks < 0 or args.rollouts < 1 or args.concurrency < 1:
         print("-n must be >= 0 (0: the whole split), -r and -c positive", file=sys.stderr)
         return 2
     try:
-        tasks = public_tasks(args.split, chapters=parse_chapters(args.chapters), n=args.num_tasks or None,
+        tasks = public_tasks(args.split, chapters=chapter_list(args.chapters), n=args.num_tasks or None,
                              seed=args.seed, url=args.service_url)
     except (UnknownSplit, UnknownTask):
         print(f"unknown split {args.split!r}", file=sys.stderr)

@@ -55,7 +55,8 @@ def public_rows(split: str, *, n: int | None, seed: int, chapters: list[str] | N
     settings = get_settings()
     bank = get_bank(split, settings)
     count = n if n is not None else (bank.size() or DEFAULT_GENERATED)
-    return [{**task.public(), "tolerance": task.tolerance or settings.tolerance_for(task.split)}
+    # task_id repeats id under the name TRL reward functions read by default (scaling_book.trl).
+    return [{**task.public(), "task_id": task.id, "tolerance": task.tolerance or settings.tolerance_for(task.split)}
             for task in bank.batch(seed=seed, n=count, chapters=chapters)]
 
 
@@ -98,6 +99,7 @@ def dataset_card(split: str, description: str, rows: list[dict[str, Any]], data_
         "## Fields",
         "",
         "- `id`: stable task id; grade a completion with `POST /v1/grade {\"task_id\": id, \"completion\": ...}`",
+        "- `task_id`: the same id, in the column TRL reward functions from `scaling_book.trl` read by default",
         "- `split`, `chapter` (a chapter of the book), `tags` (key-content items), `grading` (grading kind)",
         "- `prompt`: the question as a model sees it",
         f"- `meta`: public extras ({meta_note}); `tolerance`: relative tolerance numeric answers are graded at",

@@ -16,4 +16,6 @@ def run(args: argparse.Namespace) -> int:
     key, digest = new_key()
     print(f"key (give to the tenant):       {key}")
     print(f"key_sha256 (tenants file):      {digest}")
+    print("(or list the digest under reward_key_sha256: then the key works only in the reward URL "
+          "/get_reward/<key>, for trainers that cannot send a header)")
     return 0

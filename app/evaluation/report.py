@@ -71,26 +71,49 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_accuracy_by_chapter(summary: dict[str, Any], path: Path) -> None:
+def chapter_rows(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+    """(chapter, its stats or None) for every chapter of the book in reading order, then any
+    other group (tasks without a chapter): a chapter the run never scored stays visible."""
+    from app.tasks.book.source import CHAPTERS
+
+    by_chapter = summary["by_chapter"]
+    rows: list[tuple[str, dict[str, Any] | None]] = [(c, by_chapter.get(c)) for c in CHAPTERS]
+    rows += [(name, stats) for name, stats in by_chapter.items() if name not in CHAPTERS]
+    return rows
+
+
+def accuracy_figure(summary: dict[str, Any]) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a training node
     import matplotlib.pyplot as plt
 
-    rows = [(name, s) for name, s in summary["by_chapter"].items() if s["accuracy"] is not None]
+    rows = chapter_rows(summary)
     names = [name for name, _ in rows]
-    values = [100 * s["accuracy"] for _, s in rows]
+    values = [100 * s["accuracy"] if s and s["accuracy"] is not None else 0.0 for _, s in rows]
     fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(rows), 2) + 1.5))
     bars = ax.barh(names, values, color="#4C72B0")
     for bar, (_, s) in zip(bars, rows, strict=True):
-        ax.text(min(bar.get_width() + 1, 101), bar.get_y() + bar.get_height() / 2,
-                f"{bar.get_width():.0f}% (n={s['scored']})", va="center", fontsize=8)
+        y = bar.get_y() + bar.get_height() / 2
+        if s is None or s["accuracy"] is None:
+            rollouts = s["rollouts"] if s else 0
+            ax.text(1, y, f"no scored rollouts ({rollouts} run)", va="center", fontsize=8, color="#777777")
+        else:
+            ax.text(min(bar.get_width() + 1, 101), y, f"{bar.get_width():.0f}% (n={s['scored']})", va="center",
+                    fontsize=8)
     ax.set_xlim(0, 115)
     ax.set_xlabel("accuracy (% of scored rollouts correct)")
-    ax.invert_yaxis()
+    ax.invert_yaxis()  # the book's first chapter on top
     meta = summary["meta"]
     ax.set_title(f"{meta.get('model')} on {meta.get('split')}: accuracy by chapter")
     fig.tight_layout()
+    return fig
+
+
+def plot_accuracy_by_chapter(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = accuracy_figure(summary)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

@@ -10,11 +10,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.client import AsyncGraderClient, GraderError
 from app.errors import ApiError
 from app.evaluation.progress import Progress
-from app.integrations.grading import grade_labelled_async, judge_settings
-from app.integrations.tasks import SYSTEM_PROMPT
+from app.integrations.grading import judge_settings
+from scaling_book.client import AsyncGraderClient, GraderError
+from scaling_book.grading import grade_labelled_async
+from scaling_book.tasks import SYSTEM_PROMPT
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,12 @@ async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress
                 record.update(reward=None, outcome="invalid_request" if 400 <= status < 500 else "error",
                               scored=False, extracted_answer=None, explanation=f"{refused.error}: {refused.detail}")
             else:
-                record.update(reward=result.reward if result.scored else None, outcome=result.outcome.value,
+                record.update(reward=result.reward if result.scored else None, outcome=result.outcome,
                               scored=result.scored, extracted_answer=result.extracted_answer,
                               explanation=result.explanation,
                               values=[v.model_dump(exclude_none=True) for v in result.values])
                 graded += result.scored
-                correct += result.outcome.value == "correct"
+                correct += result.correct
         else:
             record.update(reward=None, outcome=None, scored=False, extracted_answer=None, explanation=None)
         progress.update(1)

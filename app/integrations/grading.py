@@ -1,28 +1,24 @@
-"""Grade a list of requests through the service (when a URL is known) or in this process (when
-none is): the one switch every trainer adapter shares. Local grading runs the same
-``GradingService`` the API runs, so both paths give the same reward for the same item."""
+"""Grading trainer labels with the service's own ``GradingService``: for the label endpoints
+(``/get_reward``, ``/v1/grade/labelled``) and for in-process grading by the trainer package
+(``scaling_book``, when it has no service URL), so that both give the same reward for the same item.
+
+Lenient on purpose: a trainer cannot drop one item from its batch, so an unreadable label or a
+judge item without a usable judge becomes that item's unscored result, with the reason."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
-import weakref
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
 from app.api.schemas import GradeRequest
-from app.client import AsyncGraderClient, GraderClient
+from app.errors import ApiError, JobPending
 from app.graders.result import GradeResult
-from app.integrations.labels import in_order, pending, requests_for, settle
-
-URL_ENV = "SCALING_GRADER_URL"
-
-
-def service_url(explicit: str | None = None) -> str | None:
-    """The service to call: an explicit URL, else $SCALING_GRADER_URL, else None (grade locally)."""
-    return explicit or os.environ.get(URL_ENV) or None
+from app.grading import GradingService
+from app.integrations.labels import in_order, pending, requests_for, settle, unscored
+from app.settings import Settings
+from app.tenants import LOCAL_TENANT, Tenant
 
 
 def judge_settings(judge_model: str | None, judge_base_url: str | None,
@@ -35,94 +31,58 @@ def judge_settings(judge_model: str | None, judge_base_url: str | None,
                       "api_key_env": judge_api_key_var}}
 
 
-# One pooled client per (URL, thread): httpx clients are not meant to be shared across the
-# threads a trainer's reward workers may run in.
-_local = threading.local()
-
-
-def sync_client(url: str) -> GraderClient:
-    clients: dict[str, GraderClient] = _local.__dict__.setdefault("clients", {})
-    if url not in clients:
-        clients[url] = GraderClient(url)
-    return clients[url]
-
-
-# Async clients are bound to the event loop they were made in: one per (loop, URL), dropped
-# with the loop, so that a reward function called per rollout reuses its connections.
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncGraderClient]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def async_client(url: str) -> AsyncGraderClient:
-    per_loop = _async_clients.setdefault(asyncio.get_running_loop(), {})
-    if url not in per_loop:
-        per_loop[url] = AsyncGraderClient(url)
-    return per_loop[url]
-
-
 @lru_cache(maxsize=4)
-def _service(settings_json: str) -> Any:
-    from app.grading import GradingService
-    from app.settings import Settings
-
+def _service(settings_json: str) -> GradingService:
     return GradingService(Settings.model_validate_json(settings_json))
 
 
-def local_service(settings_overrides: dict[str, Any] | None = None) -> Any:
+def local_service(settings_overrides: dict[str, Any] | None = None) -> GradingService:
     """The in-process GradingService (cached per settings), for grading without a server."""
-    from app.settings import Settings
-
     return _service(Settings(**(settings_overrides or {})).model_dump_json())
 
 
-async def _settled(job: Awaitable[Sequence[Any]]) -> list[GradeResult]:
-    return settle(await job)
-
-
-def grade_requests(requests: Sequence[GradeRequest], url: str | None = None,
-                   settings_overrides: dict[str, Any] | None = None) -> list[GradeResult]:
-    """Grade in order, blocking; through the service if a URL is known, else in-process."""
-    if not requests:
+async def grade_leniently(service: GradingService, items: Sequence[GradeRequest],
+                          tenant: Tenant = LOCAL_TENANT, *, per_item_judge: bool = True) -> list[GradeResult]:
+    """Grade in order, waiting as long as the service allows for queued kinds (unless an item
+    sets its own wait): results, never job ids. ``per_item_judge``: judge items without a usable
+    judge are unscored one by one instead of refusing the whole batch."""
+    if not items:
         return []
-    url = service_url(url)
-    if url:
-        return sync_client(url).grade_batch(requests)
-    job = _settled(local_service(settings_overrides).grade_many(requests))
+    longest = service.settings.limits.max_wait_seconds
+    for item in items:  # parsed for this call alone: set in place (a copy costs more than parsing)
+        if item.wait is None:
+            item.wait = longest
+
+    async def one(item: GradeRequest) -> GradeResult:
+        # One item (OpenRLHF sends one rollout per request) is graded as /v1/grade grades it, on
+        # the event loop: the worker-thread hop a batch takes costs more than a numeric grade.
+        try:
+            return await service.grade(item, tenant)
+        except JobPending as still_queued:
+            return settle([still_queued])[0]
+        except ApiError as refused:
+            if refused.error == "judge_unavailable" and per_item_judge:
+                return unscored(f"judge_unavailable: {refused.detail}", "no_judge")
+            return service._refused(item, refused)  # as grade_many: raises what concerns the whole batch
+
+    if len(items) == 1:
+        return [await one(items[0])]
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(job)
-    # Called from inside an event loop (a notebook, an async trainer): grade on a helper thread.
-    box: list[list[GradeResult]] = []
-    thread = threading.Thread(target=lambda: box.append(asyncio.run(job)))
-    thread.start()
-    thread.join()
-    return box[0]
+        return settle(await service.grade_many(items, tenant))
+    except ApiError as problem:
+        if not per_item_judge or problem.error != "judge_unavailable":
+            raise
+    return list(await asyncio.gather(*(one(item) for item in items)))
 
 
-async def grade_requests_async(requests: Sequence[GradeRequest], url: str | None = None,
-                               settings_overrides: dict[str, Any] | None = None,
-                               client: AsyncGraderClient | None = None) -> list[GradeResult]:
-    if not requests:
-        return []
-    url = service_url(url)
-    if client is not None:
-        return await client.grade_batch(requests)
-    if url:
-        return await async_client(url).grade_batch(requests)
-    return await _settled(local_service(settings_overrides).grade_many(requests))
-
-
-def grade_labelled(labels: Sequence[Any], completions: Sequence[Any], url: str | None = None,
-                   settings_overrides: dict[str, Any] | None = None, **options: Any) -> list[GradeResult]:
-    """Grade (label, completion) pairs in order; an unreadable label is an unscored item."""
+async def grade_labelled_with(service: GradingService, labels: Sequence[Any], completions: Sequence[Any],
+                              tenant: Tenant = LOCAL_TENANT, **options: Any) -> list[GradeResult]:
+    """Grade (label, completion) pairs in order; ``options`` are GradeRequest fields."""
     slots = requests_for(zip(labels, completions, strict=True), **options)
-    return in_order(slots, grade_requests(pending(slots), url, settings_overrides))
+    return in_order(slots, await grade_leniently(service, pending(slots), tenant))
 
 
-async def grade_labelled_async(labels: Sequence[Any], completions: Sequence[Any], url: str | None = None,
-                               settings_overrides: dict[str, Any] | None = None,
-                               client: AsyncGraderClient | None = None, **options: Any) -> list[GradeResult]:
-    slots = requests_for(zip(labels, completions, strict=True), **options)
-    return in_order(slots, await grade_requests_async(pending(slots), url, settings_overrides, client))
+async def grade_labelled_locally(labels: Sequence[Any], completions: Sequence[Any],
+                                 settings_overrides: dict[str, Any] | None = None, **options: Any) -> list[GradeResult]:
+    """In-process: what POST /v1/grade/labelled answers, without a server."""
+    return await grade_labelled_with(local_service(settings_overrides), labels, completions, **options)

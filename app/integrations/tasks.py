@@ -1,43 +1,20 @@
-"""Public task views for adapters and the evaluation command: from the service when a URL is
-given (no local bank needed), else from the local banks."""
+"""Public task views from the local banks, for the trainer package's in-process mode and the
+evaluation command (a service answers the same through GET /v1/tasks)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from app.settings import get_settings
 from app.tasks.base import parse_chapters
-
-__all__ = ["SYSTEM_PROMPT", "parse_chapters", "public_tasks"]
-
-# Asks for the answer line the numeric grader reads (app/graders/extract.py).
-SYSTEM_PROMPT = (
-    "Solve the problem. Reason step by step, then end your reply with one line of the form "
-    "'Final answer: <value with units>' (several values separated by commas, in the order asked), "
-    "unless the problem asks for a different answer format."
-)
+from app.tasks.registry import get_bank
 
 
-def public_tasks(split: str, *, chapters: list[str] | None, n: int | None, seed: int,
-                 url: str | None) -> list[dict[str, Any]]:
-    """Public task views: from the service when a URL is given, else from the local bank.
-    ``n`` None means the whole (finite) split."""
-    if url:
-        from app.integrations.grading import sync_client
-
-        client, out, page = sync_client(url), [], 512
-        while n is None or len(out) < n:
-            want = page if n is None else min(page, n - len(out))
-            got = client.tasks(split, seed=seed, n=want, offset=len(out), chapters=chapters)
-            out.extend(got)
-            if len(got) < want:
-                break
-        return out
-    from app.settings import get_settings
-    from app.tasks.registry import get_bank
-
+def local_public_tasks(split: str, *, chapters: list[str] | str | None, n: int | None,
+                       seed: int) -> list[dict[str, Any]]:
+    """``n`` None means the whole (finite) split; ValueError for an unlimited one."""
     bank = get_bank(split, get_settings())
-    size = bank.size()
-    count = n if n is not None else size
+    count = n if n is not None else bank.size()
     if count is None:
         raise ValueError(f"split {split!r} is unlimited: give a number of examples")
-    return [t.public() for t in bank.batch(seed=seed, n=count, chapters=chapters)]
+    return [t.public() for t in bank.batch(seed=seed, n=count, chapters=parse_chapters(chapters))]

@@ -7,11 +7,12 @@ import asyncio
 import email.utils
 import random
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from app.client import AsyncGraderClient, GraderClient, GraderError, RetryPolicy, retry_after_seconds
+from scaling_book.client import AsyncGraderClient, GraderClient, GraderError, RetryPolicy, retry_after_seconds
 from tests.ecosystem.flaky import Script, flaky_proxy
 from tests.ecosystem.oracle import right, synthetic_tasks, wrong
 
@@ -115,3 +116,99 @@ def test_backoff_grows_exponentially_with_full_jitter() -> None:
         delays = [policy.delay(attempt, None, rng) for _ in range(200)]
         assert all(0 <= d <= ceiling for d in delays)
         assert max(delays) > 0.8 * ceiling  # jitter spans the whole window, not a fixed delay
+
+
+def test_the_retry_deadline_bounds_the_whole_call() -> None:
+    # Nothing listens on this port: every attempt fails to connect, and the deadline (not a
+    # retry count) ends the call, close to when it says.
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = GraderClient(f"http://127.0.0.1:{port}", retry_deadline=1.5, seed=1)
+    start = time.monotonic()
+    with pytest.raises(GraderError) as caught:
+        client.tasks("synthetic", n=1)
+    elapsed = time.monotonic() - start
+    assert caught.value.status is None and 1.5 <= elapsed < 6.0
+    assert RetryPolicy().deadline == 60.0 and client.retry.deadline == 1.5
+
+
+@pytest.mark.slow
+def test_every_call_rides_out_a_twenty_second_restart() -> None:
+    """A service stopped for 20 s in the middle of a run: every call made before, during and
+    after the outage succeeds (idempotent calls are retried until the 60 s deadline)."""
+    import threading
+    import time
+
+    from tests.support.server import free_port
+
+    port = free_port()
+    tasks = synthetic_tasks(4, seed=72)
+    items = [{"task_id": t.id, "completion": right(t.id)} for t in tasks]
+    outcomes: list[tuple[str, object]] = []
+    lock = threading.Lock()
+
+    def caller(kind: str, stop: threading.Event) -> None:
+        sync = GraderClient(f"http://127.0.0.1:{port}", timeout=10.0, seed=2)
+        while not stop.is_set():
+            try:
+                got = sync.rewards(items) if kind == "rewards" else len(sync.tasks("synthetic", n=2))
+            except GraderError as failed:
+                got = failed
+            with lock:
+                outcomes.append((kind, got))
+            time.sleep(0.2)
+
+    async def async_calls(stop: threading.Event) -> None:
+        async with AsyncGraderClient(f"http://127.0.0.1:{port}", timeout=10.0, seed=3) as client:
+            while not stop.is_set():
+                try:
+                    got = len(await client.tasks("synthetic", n=2))
+                except GraderError as failed:
+                    got = failed
+                with lock:
+                    outcomes.append(("async_tasks", got))
+                await asyncio.sleep(0.2)
+
+    stop = threading.Event()
+    threads = [threading.Thread(target=caller, args=(k, stop)) for k in ("rewards", "tasks")]
+    threads.append(threading.Thread(target=lambda: asyncio.run(async_calls(stop))))
+    with _server_on(port):
+        for t in threads:
+            t.start()
+        time.sleep(2)
+    # the service is down now; calls keep being made and must wait it out
+    down_since = len(outcomes)
+    time.sleep(20)
+    with _server_on(port):
+        time.sleep(3)
+        stop.set()
+        for t in threads:
+            t.join(timeout=90)
+    assert not any(t.is_alive() for t in threads)
+    failures = [o for o in outcomes if isinstance(o[1], GraderError)]
+    assert not failures, failures[:3]
+    assert len(outcomes) > down_since + 3  # calls were made across the outage
+    assert all(got == [1.0] * 4 for kind, got in outcomes if kind == "rewards")
+    assert all(got == 2 for kind, got in outcomes if kind != "rewards")
+    assert {kind for kind, _ in outcomes} == {"rewards", "tasks", "async_tasks"}
+
+
+@contextmanager
+def _server_on(port: int):
+    import subprocess
+    import sys
+
+    from tests.support.server import ROOT, stop_process, wait_until_up
+
+    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                                "--log-level", "warning"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}", process)
+        yield
+    finally:
+        stop_process(process)

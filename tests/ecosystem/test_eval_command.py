@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.integrations.tasks import SYSTEM_PROMPT, public_tasks
+from scaling_book.tasks import SYSTEM_PROMPT, public_tasks
 from tests.ecosystem.oracle import right, wrong
 from tests.ecosystem.policy import PolicyFake
 from tests.support.server import ROOT

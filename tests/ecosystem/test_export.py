@@ -45,7 +45,7 @@ def test_export_writes_public_views_only(tmp_path: Path, split: str, fmt: str, e
     for row in rows:
         task = bank.get(row["id"])
         public = json.loads(json.dumps(task.public()))  # tuples become lists, as in the files
-        assert row == {**public, "tolerance": task.tolerance or settings.tolerance_for(split)}
+        assert row == {**public, "task_id": task.id, "tolerance": task.tolerance or settings.tolerance_for(split)}
         if task.grading == "judge":  # a reference answer is long text: it must appear nowhere
             assert str(task.gold) not in json.dumps(row)
     chapters = Counter(r["chapter"] for r in rows)
@@ -70,3 +70,32 @@ def test_tasks_split_keeps_its_own_published_format(tmp_path: Path) -> None:
 def test_unknown_split_is_refused_briefly(tmp_path: Path) -> None:
     done = export("--split", "nope", "--out", str(tmp_path))
     assert done.returncode == 2 and "unknown split" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("split", "fmt"), [("synthetic", "parquet"), ("tasks", "jsonl"), ("tasks", "parquet")])
+def test_exported_datasets_feed_trl_reward_functions_unchanged(tmp_path: Path, server_url: str, split: str,
+                                                                fmt: str) -> None:
+    """TRL (1.16, GRPOTrainer._calculate_rewards) passes every dataset column but the prompt and
+    completion to reward functions by name: the default reward function must find its labels."""
+    import datasets
+
+    from scaling_book.trl import LABEL_COLUMN, make_reward_func
+    from tests.ecosystem.oracle import right
+
+    done = export("--split", split, "--format", fmt, "--out", str(tmp_path), "-n", "6", "--seed", "4")
+    assert done.returncode == 0, done.stderr[-2000:]
+    data_file = tmp_path / f"{split}.{fmt}"
+    ds = (datasets.Dataset.from_parquet(str(data_file)) if fmt == "parquet"
+          else datasets.Dataset.from_json(str(data_file)))
+    inputs = ds.to_list()[:6]
+    assert LABEL_COLUMN in ds.column_names and "prompt" in ds.column_names
+    if split == "tasks":  # this split publishes its expected rows: answer with them, and wrongly
+        completions = ["```json\n" + r["expected_output"] + "\n```" for r in inputs]
+    else:
+        completions = [right(r["id"]) for r in inputs]
+    completions[0] = "Final answer: nothing useful"
+    keys = [k for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")]
+    reward_kwargs = {k: [row[k] for row in inputs] for k in keys}
+    rewards = make_reward_func(server_url)(prompts=[r["prompt"] for r in inputs], completions=completions,
+                                           completion_ids=None, **reward_kwargs)
+    assert rewards == [0.0] + [1.0] * (len(inputs) - 1)

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from app.integrations.trl import make_async_reward_func, make_reward_func
-from app.integrations.verl import compute_score
+from scaling_book.trl import make_async_reward_func, make_reward_func
+from scaling_book.verl import compute_score, compute_score_batch
 from tests.ecosystem.flaky import Script, flaky_proxy
 from tests.ecosystem.oracle import gold, right, synthetic_tasks, wrong
 
@@ -42,10 +42,10 @@ def test_verl_reads_the_service_url_from_the_environment(server_url: str, monkey
         monkeypatch.setenv("SCALING_GRADER_URL", url)
         assert compute_score("x", right(task.id), task.id)["score"] == 1.0
         assert compute_score("x", wrong(task.id), task.id)["score"] == 0.0
-    assert script.seen == ["POST /v1/grade/batch"] * 2
+    assert script.seen == ["POST /v1/grade/labelled"] * 2
 
 
-@pytest.mark.parametrize("truth", ["", "{oops", "42", "synthetic/none"])
+@pytest.mark.parametrize("truth", ["", "{oops", "forty-two", "synthetic/none", True, None])
 def test_verl_unusable_ground_truth_scores_zero_and_says_so(server_url: str, truth: str) -> None:
     task = synthetic_tasks(1, seed=33)[0]
     out = compute_score("x", right(task.id), truth, {"scaling_grader_url": server_url})
@@ -92,3 +92,56 @@ def test_trl_async_reward_function_matches_the_sync_one(server_url: str, where: 
     url = server_url if where == "service" else None
     reward = make_async_reward_func(url)
     assert asyncio.run(reward(prompts=prompts, completions=completions, task_id=ids)) == expected
+
+
+def test_verl_ignores_keywords_it_does_not_use(server_url: str) -> None:
+    # verl 0.9.1's reward loop adds reward_router_address / reward_model_tokenizer when a reward
+    # model router runs, and custom_reward_function.reward_kwargs; extra_info gains num_turns and
+    # rollout_reward_scores.
+    task = synthetic_tasks(1, seed=37)[0]
+    extra = {"scaling_grader_url": server_url, "num_turns": None, "rollout_reward_scores": {}}
+    out = compute_score(data_source="x", solution_str=right(task.id), ground_truth=task.id, extra_info=extra,
+                        reward_router_address="127.0.0.1:1", reward_model_tokenizer=object(), anything=1)
+    assert out["score"] == 1.0 and set(out) == VERL_KEYS
+    # the service URL may come from reward_kwargs as well
+    via_kwargs = compute_score(data_source="x", solution_str=wrong(task.id), ground_truth=task.id,
+                               extra_info=None, scaling_grader_url=server_url)
+    assert via_kwargs["outcome"] == "incorrect"
+
+
+def test_verl_batch_function_sends_one_request_per_batch(server_url: str) -> None:
+    import numpy as np
+
+    tasks = synthetic_tasks(8, seed=38)
+    solutions = [right(t.id) if i % 2 else wrong(t.id) for i, t in enumerate(tasks)]
+    # verl's BatchRewardManager (0.9.1, workers/reward_manager/batch.py): numpy arrays for the
+    # data sources and extra infos, ground truths as stored (a list decoded from parquet is an array)
+    truths = [t.id if i % 3 else np.array(gold(t.id), dtype=object) for i, t in enumerate(tasks)]
+    extras = np.array([{"rollout_reward_scores": {}} for _ in tasks], dtype=object)
+    script = Script()
+    with flaky_proxy(server_url, script) as url:
+        batch = compute_score_batch(data_sources=np.array(["scaling-book"] * len(tasks), dtype=object),
+                                    solution_strs=solutions, ground_truths=truths, extra_infos=extras,
+                                    scaling_grader_url=url)
+    assert script.seen == ["POST /v1/grade/labelled"]
+    singles = [compute_score("x", s, truth, {"scaling_grader_url": server_url})
+               for s, truth in zip(solutions, truths, strict=True)]
+    assert batch == singles
+    assert [b["score"] for b in batch] == [1.0 if i % 2 else 0.0 for i in range(len(tasks))]
+
+
+def test_judge_items_without_a_judge_raise_rather_than_score(server_url: str) -> None:
+    from app.settings import get_settings
+    from app.tasks.registry import get_bank
+    from scaling_book.results import JudgeUnavailable
+
+    judged = next(t for t in get_bank("book", get_settings()).batch(seed=0, n=200) if t.grading == "judge")
+    numeric = synthetic_tasks(1, seed=39)[0]
+    with pytest.raises(JudgeUnavailable, match="judge"):
+        compute_score("x", "An explanation.", judged.id, {"scaling_grader_url": server_url})
+    with pytest.raises(JudgeUnavailable):
+        compute_score_batch(data_sources=["x", "x"], solution_strs=["An explanation.", right(numeric.id)],
+                            ground_truths=[judged.id, numeric.id], extra_infos=[None, None],
+                            scaling_grader_url=server_url)
+    with pytest.raises(JudgeUnavailable):
+        make_reward_func(server_url)(prompts=["p"], completions=["An explanation."], task_id=[judged.id])

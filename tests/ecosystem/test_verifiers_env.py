@@ -10,8 +10,8 @@ import os
 import pytest
 import verifiers as vf
 
-from app.graders.result import GradeResult
-from app.integrations.verifiers_env import STATE_KEY, load_environment
+from scaling_book.results import GradeResult
+from scaling_book.verifiers_env import STATE_KEY, load_environment
 from tests.ecosystem.oracle import gold, right, wrong
 from tests.ecosystem.policy import PolicyFake
 
@@ -37,7 +37,7 @@ def test_environment_scores_reference_completions_one(server_url: str, where: st
         assert not any(value in str(row["prompt"]) for value in gold(task_id))  # no answer in the prompt
         reward, metrics, result = _score(env, row, right(task_id))
         assert reward == 1.0 and metrics["scored"] == 1.0
-        assert GradeResult.model_validate(result).task_id == task_id
+        assert GradeResult.from_json(result).task_id == task_id
         reward, metrics, _ = _score(env, row, wrong(task_id))
         assert reward == 0.0 and metrics["scored"] == 1.0
 
@@ -91,3 +91,38 @@ def test_judge_items_go_to_the_judge_given(judge_model: str, reward: float, scor
         assert {r.body["model"] for r in fake.requests} == {judge_model}
     finally:
         fake.stop()
+
+
+def test_judge_defaults_to_the_openai_environment_variables(monkeypatch) -> None:
+    fake = PolicyFake().start()
+    try:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-judge-from-env")
+        env = load_environment(split="exam", chapters="roofline", judge_model="judge-yes")
+        row = next(r for r in env.get_eval_dataset().to_list() if r["info"]["grading"] == "judge")
+        assert _score(env, row, "Because the arithmetic intensity is below the ridge point.")[0] == 1.0
+        [call] = fake.requests
+        assert call.headers["authorization"] == "Bearer sk-judge-from-env"
+        assert call.body["max_tokens"] == 256
+        assert call.body["chat_template_kwargs"] == {"enable_thinking": False}
+    finally:
+        fake.stop()
+
+
+def test_judge_model_is_required_for_selections_with_judge_items() -> None:
+    with pytest.raises(ValueError, match="judge_model"):
+        load_environment(split="exam", chapters="roofline")
+    # a selection without judge items needs none
+    assert load_environment(split="synthetic", num_synthetic_examples=2) is not None
+
+
+def test_env_id_and_args_rebuild_the_same_environment() -> None:
+    args = {"split": "synthetic", "chapters": ["roofline"], "num_synthetic_examples": 3, "seed": 54,
+            "tolerance": 0.05, "judge_model": None, "judge_base_url": None, "judge_api_key_var": None,
+            "service_url": None, "num_examples": None, "system_prompt": None}
+    env = load_environment(**args)
+    assert env.env_id == "scaling-book" and env.env_args == args
+    # what verifiers 0.3.1's env server worker does: vf.load_environment(env_id, **env_args)
+    again = vf.load_environment(env.env_id, **env.env_args)
+    assert again.get_eval_dataset().to_list() == env.get_eval_dataset().to_list()
+    assert again.env_args == args

@@ -1,23 +1,26 @@
-"""Reward functions for TRL's ``GRPOTrainer``.
+"""Reward functions for TRL's ``GRPOTrainer`` (and its other online trainers).
 
-    from app.integrations.trl import make_reward_func
+    from scaling_book.trl import make_reward_func
     trainer = GRPOTrainer(..., reward_funcs=[make_reward_func("http://grader:8000")])
 
-TRL calls a reward function with keyword arguments: ``prompts``, ``completions`` (strings, or
-lists of chat messages for conversational datasets) and every other dataset column as a list
-(here the label column, ``task_id`` by default, holding task ids or JSON references). It
-expects one float per completion, ``None`` where the function has no verdict; an unscored
-grade (a judge fault, an unreadable label) is ``None`` so TRL leaves it out rather than
-learning from it."""
+TRL (1.16, ``GRPOTrainer._calculate_rewards``) calls a reward function with keyword arguments:
+``prompts``, ``completions`` (strings, or lists of chat messages for conversational datasets),
+``completion_ids`` and every other dataset column as a list, plus ``trainer_state``,
+``log_extra`` and ``log_metric``. Here the label column is read (``task_id`` by default: the
+column ``scaling-grader export`` writes), holding task ids, quantities or JSON references. TRL
+expects one float per completion, ``None`` where the function has no verdict (it becomes NaN and
+is left out): an unscored grade (a judge fault, an unreadable label) is ``None``. Judge-graded items
+with no usable judge raise ``JudgeUnavailable`` (a configuration to fix, not a reward)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from app.graders.result import GradeResult
-from app.integrations.grading import grade_labelled, grade_labelled_async
+from scaling_book.grading import grade_labelled, grade_labelled_async
+from scaling_book.results import GradeResult, require_judges
 
+LABEL_COLUMN = "task_id"
 RewardFunc = Callable[..., list[float | None]]
 AsyncRewardFunc = Callable[..., Awaitable[list[float | None]]]
 
@@ -35,7 +38,7 @@ def _labels(kwargs: dict[str, Any], column: str, n: int) -> Sequence[Any]:
     return labels
 
 
-def make_reward_func(service_url: str | None = None, *, label_column: str = "task_id",
+def make_reward_func(service_url: str | None = None, *, label_column: str = LABEL_COLUMN,
                      tolerance: float | None = None, judge: dict[str, str] | None = None,
                      name: str = "scaling_grader") -> RewardFunc:
     """A TRL reward function grading through ``service_url`` (else $SCALING_GRADER_URL, else
@@ -44,23 +47,23 @@ def make_reward_func(service_url: str | None = None, *, label_column: str = "tas
     def reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                **kwargs: Any) -> list[float | None]:
         labels = _labels(kwargs, label_column, len(completions))
-        return _rewards(grade_labelled(labels, completions, service_url, tolerance=tolerance, judge=judge))
+        return _rewards(require_judges(grade_labelled(labels, completions, service_url, tolerance=tolerance,
+                                                      judge=judge)))
 
     reward.__name__ = name
     return reward
 
 
-def make_async_reward_func(service_url: str | None = None, *, label_column: str = "task_id",
+def make_async_reward_func(service_url: str | None = None, *, label_column: str = LABEL_COLUMN,
                            tolerance: float | None = None, judge: dict[str, str] | None = None,
                            name: str = "scaling_grader") -> AsyncRewardFunc:
-    """The same reward as a coroutine function, for trainers that await reward functions
-    concurrently with generation."""
+    """The same reward as a coroutine function: TRL runs async reward functions concurrently."""
 
     async def reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                      **kwargs: Any) -> list[float | None]:
         labels = _labels(kwargs, label_column, len(completions))
-        results = await grade_labelled_async(labels, completions, service_url, tolerance=tolerance, judge=judge)
-        return _rewards(results)
+        return _rewards(require_judges(await grade_labelled_async(labels, completions, service_url,
+                                                                  tolerance=tolerance, judge=judge)))
 
     reward.__name__ = name
     return reward

@@ -2,8 +2,10 @@
 
 Both keep one pooled connection set per client, retry 429/502/503/504, time-outs and dropped
 connections with exponential backoff and full jitter (a ``Retry-After`` header wins when the
-server sends one), and split long lists into ``/v1/grade/batch`` (or ``/v1/rewards``) chunks
-whose results come back in the order given. Results are typed ``GradeResult`` objects.
+server sends one) for up to ``RetryPolicy.deadline`` seconds in all (60 by default: long enough
+to ride out a service restart), and split long lists into ``/v1/grade/batch`` (or
+``/v1/rewards``, ``/v1/grade/labelled``) chunks whose results come back in the order given.
+Results are ``scaling_book.results.GradeResult`` objects.
 
 Numeric and rows grading are deterministic, which makes retrying their POSTs safe. Judge and
 impl items are queued: give them a ``request_id`` so that a retried POST finds the job the first
@@ -13,6 +15,7 @@ a pending entry in a batch) is polled on ``/v1/jobs/{id}`` until its result is r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import itertools
 import os
@@ -24,14 +27,15 @@ from typing import Any
 
 import httpx
 
-from app.api.schemas import GradeRequest
-from app.graders.result import GradeResult, Outcome
+from scaling_book.results import GradeResult, unscored
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 RETRY_ERRORS = (httpx.TimeoutException, httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
 
-GradeItem = GradeRequest | Mapping[str, Any]
+# A grade request: a mapping of its JSON fields, or any object with pydantic's model_dump (the
+# service's own GradeRequest).
+GradeItem = Any
 POLL_WAIT = 30.0  # seconds each job poll blocks on the server (long polling, not a busy loop)
 
 
@@ -45,9 +49,13 @@ class GraderError(Exception):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    max_retries: int = 5
+    """When to give up: after ``deadline`` seconds from the first attempt (the retries then
+    ride out an ordinary restart of the service), or after ``max_retries`` retries."""
+
+    deadline: float = 60.0  # seconds, all attempts and waits together
+    max_retries: int = 1000
     backoff: float = 0.25  # seconds before the first retry (before jitter)
-    max_backoff: float = 20.0
+    max_backoff: float = 4.0  # short enough that a restarted service is found within seconds
     max_retry_after: float = 60.0  # never sleep longer than this, whatever the server asks
 
     def delay(self, attempt: int, response: httpx.Response | None, rng: random.Random) -> float:
@@ -74,7 +82,7 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 
 def _payload(item: GradeItem) -> dict[str, Any]:
-    if isinstance(item, GradeRequest):
+    if hasattr(item, "model_dump"):
         return item.model_dump(mode="json", exclude_none=True)
     return dict(item)
 
@@ -98,27 +106,36 @@ def _settings_from_env(base_url: str | None, api_key: str | None) -> tuple[str, 
     return url, ({"authorization": f"Bearer {key}"} if key else {})
 
 
+def _labelled_body(labels: Sequence[Any], completions: Sequence[Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    items = [{"label": label, "completion": completion} for label, completion in zip(labels, completions, strict=True)]
+    return {"items": items, **{k: v for k, v in options.items() if v is not None}}
+
+
 class _Base:
     def __init__(self, base_url: str | None, api_key: str | None, batch_size: int, retry: RetryPolicy | None,
-                 seed: int | None) -> None:
+                 seed: int | None, retry_deadline: float | None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be positive")
         self.base_url, self._headers = _settings_from_env(base_url, api_key)
         self.batch_size = batch_size
         self.retry = retry or RetryPolicy()
+        if retry_deadline is not None:
+            self.retry = dataclasses.replace(self.retry, deadline=retry_deadline)
         self._rng = random.Random(seed)
 
-    def _settle(self, attempt: int, response: httpx.Response | None, error: Exception | None) -> tuple[bool, Any]:
+    def _settle(self, attempt: int, started: float, response: httpx.Response | None,
+                error: Exception | None) -> tuple[bool, Any]:
         """After one attempt: (True, decoded body) when the call is over, (False, seconds to wait)
         before the next attempt; GraderError when it failed for good."""
         if response is not None and response.status_code < 400:
             return True, response.json()
         retryable = response is None or response.status_code in RETRY_STATUSES
-        if attempt >= self.retry.max_retries or not retryable:
+        left = self.retry.deadline - (time.monotonic() - started)
+        if attempt >= self.retry.max_retries or not retryable or left <= 0:
             if response is None:
                 raise GraderError(None, type(error).__name__, "no response after retries")
             raise _error_from(response)
-        return False, self.retry.delay(attempt, response, self._rng)
+        return False, min(self.retry.delay(attempt, response, self._rng), left)
 
 
 class GraderClient(_Base):
@@ -126,8 +143,9 @@ class GraderClient(_Base):
 
     def __init__(self, base_url: str | None = None, *, api_key: str | None = None, timeout: float = 120.0,
                  batch_size: int = 256, retry: RetryPolicy | None = None, max_connections: int = 32,
-                 transport: httpx.BaseTransport | None = None, seed: int | None = None) -> None:
-        super().__init__(base_url, api_key, batch_size, retry, seed)
+                 transport: httpx.BaseTransport | None = None, seed: int | None = None,
+                 retry_deadline: float | None = None) -> None:
+        super().__init__(base_url, api_key, batch_size, retry, seed, retry_deadline)
         self._http = httpx.Client(
             base_url=self.base_url, headers=self._headers, timeout=timeout, transport=transport,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
@@ -144,13 +162,14 @@ class GraderClient(_Base):
 
     def request(self, method: str, path: str, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
         """One call with retries; the decoded JSON body, or GraderError."""
+        started = time.monotonic()
         for attempt in itertools.count():
             response, error = None, None
             try:
                 response = self._http.request(method, path, json=json, params=params)
             except RETRY_ERRORS as exc:
                 error = exc
-            done, value = self._settle(attempt, response, error)
+            done, value = self._settle(attempt, started, response, error)
             if done:
                 return value
             time.sleep(value)
@@ -161,7 +180,7 @@ class GraderClient(_Base):
             view = self.request("GET", f"/v1/jobs/{body['job_id']}", params={"wait": POLL_WAIT})
             if (done := _finished(view)) is not None:
                 return done
-        return GradeResult.model_validate(body)
+        return GradeResult.from_json(body)
 
     def grade(self, task_id: str | None = None, completion: Any = "", **fields: Any) -> GradeResult:
         body = {"task_id": task_id, "completion": completion, **fields}
@@ -182,10 +201,17 @@ class GraderClient(_Base):
 
     def tasks(self, split: str = "synthetic", *, seed: int = 0, n: int = 16, offset: int = 0,
               chapters: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"split": split, "seed": seed, "n": n, "offset": offset}
-        if chapters:
-            params["chapters"] = ",".join(chapters)
-        return self.request("GET", "/v1/tasks", params=params)["tasks"]
+        return self.request("GET", "/v1/tasks", params=_task_params(split, seed, n, offset, chapters))["tasks"]
+
+    def grade_labelled(self, labels: Sequence[Any], completions: Sequence[Any], **options: Any) -> list[GradeResult]:
+        """Grade completions against trainer labels (task ids, quantities, references: see
+        POST /v1/grade/labelled); an unreadable label is that item's unscored result."""
+        out: list[GradeResult] = []
+        for start in range(0, len(labels), self.batch_size):
+            part = slice(start, start + self.batch_size)
+            body = self.request("POST", "/v1/grade/labelled", _labelled_body(labels[part], completions[part], options))
+            out.extend(GradeResult.from_json(r) for r in body["results"])
+        return out
 
 
 class AsyncGraderClient(_Base):
@@ -194,8 +220,8 @@ class AsyncGraderClient(_Base):
     def __init__(self, base_url: str | None = None, *, api_key: str | None = None, timeout: float = 120.0,
                  batch_size: int = 256, concurrency: int = 8, retry: RetryPolicy | None = None,
                  max_connections: int = 32, transport: httpx.AsyncBaseTransport | None = None,
-                 seed: int | None = None) -> None:
-        super().__init__(base_url, api_key, batch_size, retry, seed)
+                 seed: int | None = None, retry_deadline: float | None = None) -> None:
+        super().__init__(base_url, api_key, batch_size, retry, seed, retry_deadline)
         self._semaphore = asyncio.Semaphore(concurrency)
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=self._headers, timeout=timeout, transport=transport,
@@ -213,6 +239,7 @@ class AsyncGraderClient(_Base):
 
     async def request(self, method: str, path: str, json: Any = None,
                       params: Mapping[str, Any] | None = None) -> Any:
+        started = time.monotonic()
         for attempt in itertools.count():
             response, error = None, None
             try:
@@ -220,7 +247,7 @@ class AsyncGraderClient(_Base):
                     response = await self._http.request(method, path, json=json, params=params)
             except RETRY_ERRORS as exc:
                 error = exc
-            done, value = self._settle(attempt, response, error)
+            done, value = self._settle(attempt, started, response, error)
             if done:
                 return value
             await asyncio.sleep(value)
@@ -230,7 +257,7 @@ class AsyncGraderClient(_Base):
             view = await self.request("GET", f"/v1/jobs/{body['job_id']}", params={"wait": POLL_WAIT})
             if (done := _finished(view)) is not None:
                 return done
-        return GradeResult.model_validate(body)
+        return GradeResult.from_json(body)
 
     async def grade(self, task_id: str | None = None, completion: Any = "", **fields: Any) -> GradeResult:
         body = {"task_id": task_id, "completion": completion, **fields}
@@ -252,6 +279,28 @@ class AsyncGraderClient(_Base):
         parts = await asyncio.gather(*(chunk(p) for p in _chunks(items, self.batch_size)))
         return [r for part in parts for r in part]
 
+    async def tasks(self, split: str = "synthetic", *, seed: int = 0, n: int = 16, offset: int = 0,
+                    chapters: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        return (await self.request("GET", "/v1/tasks", params=_task_params(split, seed, n, offset, chapters)))["tasks"]
+
+    async def grade_labelled(self, labels: Sequence[Any], completions: Sequence[Any],
+                             **options: Any) -> list[GradeResult]:
+        async def chunk(start: int) -> list[GradeResult]:
+            part = slice(start, start + self.batch_size)
+            body = await self.request("POST", "/v1/grade/labelled",
+                                      _labelled_body(labels[part], completions[part], options))
+            return [GradeResult.from_json(r) for r in body["results"]]
+
+        parts = await asyncio.gather(*(chunk(s) for s in range(0, len(labels), self.batch_size)))
+        return [r for part in parts for r in part]
+
+
+def _task_params(split: str, seed: int, n: int, offset: int, chapters: Sequence[str] | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"split": split, "seed": seed, "n": n, "offset": offset}
+    if chapters:
+        params["chapters"] = ",".join(chapters)
+    return params
+
 
 def _is_pending(body: Mapping[str, Any]) -> bool:
     return "job_id" in body and "outcome" not in body
@@ -260,10 +309,9 @@ def _is_pending(body: Mapping[str, Any]) -> bool:
 def _finished(view: Mapping[str, Any]) -> GradeResult | None:
     """The job's result once it has one; a failed job without one is an unscored error."""
     if view.get("result") is not None:
-        return GradeResult.model_validate(view["result"])
+        return GradeResult.from_json(view["result"])
     if view.get("status") == "failed":
-        return GradeResult(grading="unknown", outcome=Outcome.error, reward=0.0,
-                           explanation=f"job {view.get('job_id')} failed without a result")
+        return unscored(f"job {view.get('job_id')} failed without a result")
     return None
 
 

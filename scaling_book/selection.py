@@ -1,0 +1,104 @@
+"""What a verifiers environment over the task banks is made of, whichever verifiers API serves
+it (0.3's ``load_environment``, 0.4's v1 taskset): the selected tasks, how to grade one
+completion, and the arguments that rebuild the same environment.
+
+Arguments (the names users of the original ``scaling-book`` environment pass):
+
+- ``split``: synthetic (generated, unlimited), book, exam, tasks or impl;
+- ``chapters``: a chapter name, a comma-separated list or a list (all when unset);
+- ``num_synthetic_examples``: how many generated tasks the synthetic split gives;
+- ``num_examples``: a cap on a finite split (all of it when unset);
+- ``seed``: which tasks and in which order;
+- ``tolerance``: relative tolerance for numeric answers (the service's per-split default when unset);
+- ``judge_model``, ``judge_base_url``, ``judge_api_key_var``: the judge for judge-graded tasks.
+  ``judge_model`` is required when the selection holds any. Grading in-process, the base URL
+  defaults to $OPENAI_BASE_URL and the key is read from $OPENAI_API_KEY (when set) unless
+  ``judge_api_key_var`` names another variable; the judge is asked with a 256-token budget and
+  ``chat_template_kwargs.enable_thinking=false`` (the service's judge settings); a service
+  holds its own judge keys and allow-list, so only an explicitly given base URL is sent to it;
+- ``service_url``: the grading service (else $SCALING_GRADER_URL, else in-process)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from scaling_book.grading import grade_labelled_async, service_url
+from scaling_book.results import GradeResult
+from scaling_book.tasks import SYSTEM_PROMPT, chapter_list, public_tasks
+
+DEFAULT_JUDGE_KEY_VAR = "OPENAI_API_KEY"
+
+
+@dataclass
+class Selection:
+    split: str = "synthetic"
+    chapters: str | Sequence[str] | None = None
+    num_synthetic_examples: int = 256
+    seed: int = 0
+    tolerance: float | None = None
+    judge_model: str | None = None
+    judge_base_url: str | None = None
+    judge_api_key_var: str | None = None
+    service_url: str | None = None
+    num_examples: int | None = None
+    system_prompt: str | None = None
+
+    def url(self) -> str | None:
+        return service_url(self.service_url)
+
+    def env_args(self) -> dict[str, Any]:
+        """Every argument, JSON-ready: what rebuilds this environment."""
+        args = asdict(self)
+        if args["chapters"] is not None and not isinstance(args["chapters"], str):
+            args["chapters"] = list(args["chapters"])
+        return args
+
+    def prompt(self) -> str:
+        return self.system_prompt or SYSTEM_PROMPT
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """The selected public tasks; ValueError for an empty selection, or judge-graded tasks
+        without a judge model (found at load time, not as a zero reward on every such rollout)."""
+        n = self.num_synthetic_examples if self.split == "synthetic" else self.num_examples
+        tasks = public_tasks(self.split, chapters=chapter_list(self.chapters), n=n, seed=self.seed, url=self.url())
+        if not tasks:
+            raise ValueError(f"no tasks in split {self.split!r} for chapters {self.chapters!r}")
+        judged = sum(t["grading"] == "judge" for t in tasks)
+        if judged and not self.judge_model:
+            raise ValueError(f"{judged} of the {len(tasks)} selected tasks are graded by a judge: pass judge_model "
+                             "(and judge_base_url), or select chapters or a split without judge items")
+        return tasks
+
+    def _judge(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(the request's judge option, in-process settings overrides)."""
+        if not self.judge_model:
+            return None, None
+        if self.url():
+            return {"model": self.judge_model, "base_url": self.judge_base_url}, None
+        base = self.judge_base_url or os.environ.get("OPENAI_BASE_URL") or None
+        from scaling_book.grading import _service_side
+
+        # $OPENAI_API_KEY when set; without it a keyless local judge (vLLM, SGLang) still works.
+        key_var = self.judge_api_key_var or (DEFAULT_JUDGE_KEY_VAR if os.environ.get(DEFAULT_JUDGE_KEY_VAR) else None)
+        overrides = _service_side().judge_settings(self.judge_model, base, key_var)
+        return {"model": self.judge_model, "base_url": base}, overrides
+
+    async def grade(self, label: Any, completion: Any) -> GradeResult:
+        judge, overrides = self._judge()
+        options = {k: v for k, v in (("tolerance", self.tolerance), ("judge", judge)) if v is not None}
+        if judge is not None:
+            options["judge"] = {k: v for k, v in judge.items() if v is not None}
+        [result] = await grade_labelled_async([label], [completion], self.url(), overrides, **options)
+        return result
+
+
+def dataset_rows(tasks: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """verifiers' dataset columns: the question, the task id as the answer, public facts as info."""
+    return [{
+        "question": t["prompt"],
+        "answer": t["id"],
+        "info": {"task_id": t["id"], "split": t["split"], "chapter": t.get("chapter") or "", "grading": t["grading"]},
+    } for t in tasks]
