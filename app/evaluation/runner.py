@@ -99,7 +99,7 @@ async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress
                 record.update(reward=result.reward if result.scored else None, outcome=result.outcome,
                               scored=result.scored, extracted_answer=result.extracted_answer,
                               explanation=result.explanation,
-                              values=[v.model_dump(exclude_none=True) for v in result.values])
+                              values=[{k: x for k, x in v.items() if x is not None} for v in result.values])
                 graded += result.scored
                 correct += result.correct
         else:

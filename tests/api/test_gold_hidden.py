@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from app.client import GraderClient
+from scaling_book.client import GraderClient
 from app.graders.units import parse_quantity
 from app.settings import Settings
 from app.tasks.registry import resolve_task
@@ -128,8 +128,9 @@ def test_python_client_sees_no_gold(server_url: str) -> None:
         results = grader.grade_batch(_probes())
     for result in results:
         assert result.reward == 0.0
-        assert all(v.expected is None and v.expected_si is None and v.relative_error is None for v in result.values)
-        assert_no_gold(result.model_dump(mode="json"))
+        assert all(v.get("expected") is None and v.get("expected_si") is None and v.get("relative_error") is None
+                   for v in result.values)
+        assert_no_gold(result.to_json())
 
 
 def test_inline_reference_may_echo_what_the_client_sent(client: httpx.Client) -> None:
@@ -189,7 +190,7 @@ def test_eval_report_keeps_expected_values_only_when_revealed(tmp_path) -> None:
     import subprocess
     import sys
 
-    from app.integrations.tasks import public_tasks
+    from scaling_book.tasks import public_tasks
     from tests.ecosystem.oracle import wrong
     from tests.ecosystem.policy import PolicyFake
     from tests.support.server import ROOT
