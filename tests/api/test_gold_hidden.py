@@ -9,11 +9,11 @@ import json
 import httpx
 import pytest
 
-from scaling_book.client import GraderClient
 from app.graders.units import parse_quantity
 from app.settings import Settings
 from app.tasks.registry import resolve_task
 from app.tenants import new_key
+from scaling_book.client import GraderClient
 from tests.support.server import running_server
 
 NUMERIC_ID = "synthetic/3/17"
