@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from app.graders.impl_source import denied_imports, extract_code
 from app.graders.impl_verdict import judge_case
 from app.graders.result import GradeResult, Outcome
-from app.graders.sandbox import get_sandbox
+from app.sandbox import get_sandbox
 from app.tasks.impl.exercises import get_exercise
 
 if TYPE_CHECKING:

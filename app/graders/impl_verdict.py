@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.graders.sandbox import CaseRun
+    from app.sandbox import CaseRun
     from app.tasks.impl.spec import Case
 
 # passed, then the ways to fail that the candidate caused, then the sandbox's own failure.

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from app.graders.impl_verdict import decode, judge_case
-from app.graders.sandbox import CaseRun, Sandbox
-from app.graders.sandbox.uids import processes_of
+from app.sandbox import CaseRun, Sandbox
+from app.sandbox.uids import processes_of
 from app.tasks.impl.spec import Case
 from tests.sandbox.attacks import ALL, OS_LAYER, Attack, code
 from tests.sandbox.tiers import SHORT_LIMITS, box_for, offered_tiers, tier_settings

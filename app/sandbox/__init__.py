@@ -3,7 +3,7 @@
 ``get_sandbox(settings.sandbox).run(source, entry, args, profile=...)`` is the whole interface;
 ``status()`` reports the tier in force for /readyz and grade details."""
 
-from app.graders.sandbox.executor import CaseRun
-from app.graders.sandbox.pool import Sandbox, Tier, get_sandbox
+from app.sandbox.executor import CaseRun
+from app.sandbox.pool import Sandbox, Tier, get_sandbox
 
 __all__ = ["CaseRun", "Sandbox", "Tier", "get_sandbox"]

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.graders.sandbox.launch import Child, read_messages, stderr_tail
+from app.sandbox.launch import Child, read_messages, stderr_tail
 
 if TYPE_CHECKING:
     from app.settings import SandboxSettings

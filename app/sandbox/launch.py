@@ -21,8 +21,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.graders.sandbox.plan import SITE_IN_SANDBOX, Plan
-from app.graders.sandbox.uids import UidPool, processes_of
+from app.sandbox.plan import SITE_IN_SANDBOX, Plan
+from app.sandbox.uids import UidPool, processes_of
 
 if TYPE_CHECKING:
     from app.settings import SandboxSettings

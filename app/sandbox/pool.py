@@ -16,10 +16,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.graders.sandbox.executor import CaseRun, case_request, run_in_child
-from app.graders.sandbox.launch import PROFILES, Child, SandboxFault, destroy, spawn, wait_ready
-from app.graders.sandbox.plan import Plan, build_plan
-from app.graders.sandbox.uids import UidPool, shared_uid_pool
+from app.sandbox.executor import CaseRun, case_request, run_in_child
+from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, spawn, wait_ready
+from app.sandbox.plan import Plan, build_plan
+from app.sandbox.uids import UidPool, shared_uid_pool
 
 if TYPE_CHECKING:
     from app.settings import SandboxSettings
