@@ -15,7 +15,7 @@ COMMAND_MODULES = [
     "app.commands.tenant_key",
     "app.commands.coverage",
     "app.commands.book",
-    "app.commands.export_bank",  # `export`: every split (the tasks split through app.tasks.rows.export)
+    "app.commands.export_bank",  # `export`: every split (the tasks split through app.tasks.tasks.export)
     "app.commands.judge_check",
     "app.commands.exam",
     "app.commands.eval",

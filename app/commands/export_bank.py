@@ -2,7 +2,7 @@
 dataset card. Only what ``Task.public()`` shows leaves (plus the effective tolerance): never
 the gold answer, hidden cases, oracle code or private ``hidden`` fields.
 
-The ``tasks`` split keeps its own published format (``app.tasks.rows.export``: records with the
+The ``tasks`` split keeps its own published format (``app.tasks.tasks.export``: records with the
 expected rows, which that split publishes by design, and its own card).
 
     scaling-grader export --split exam --format parquet --out export/exam
@@ -36,7 +36,7 @@ OWN_FORMAT = ("tasks",)
 
 
 def export_own_format(args: argparse.Namespace) -> int:
-    from app.tasks.rows.export import ExportUnavailable, export
+    from app.tasks.tasks.export import ExportUnavailable, export
 
     try:
         paths = export(args.out or Path("export") / args.split, args.format)

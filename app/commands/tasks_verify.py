@@ -18,7 +18,7 @@ _SHORT = {
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.tasks.rows.verify import verify, write_expected
+    from app.tasks.tasks.verify import verify, write_expected
 
     if args.write_expected:
         print(f"wrote {write_expected()}")
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
 def markdown_table(report) -> str:
     """One line per task: what it asks and which wrong formulas it was shown to reject."""
-    from app.tasks.rows.catalog import ALL_SPECS
+    from app.tasks.tasks.catalog import ALL_SPECS
 
     titles = {s.task_id: s for s in ALL_SPECS}
     lines = ["| id | category | task | wrong answers rejected | verified |", "|---|---|---|---|---|"]

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 SPLIT_LOADERS: dict[str, str] = {
     "synthetic": "app.tasks.synthetic.bank:load_bank",
     "book": "app.tasks.book.bank:load_bank",
-    "tasks": "app.tasks.rows.bank:load_bank",
+    "tasks": "app.tasks.tasks.bank:load_bank",
     "exam": "app.tasks.exam.bank:load_bank",
     "impl": "app.tasks.impl.bank:load_bank",
 }

@@ -12,9 +12,9 @@ from app.graders.dispatch import GRADERS, GradeOptions, grade
 from app.graders.result import Outcome
 from app.tasks import registry
 from app.tasks.base import UnknownTask
-from app.tasks.rows.catalog import ALL_SPECS, check_catalog
-from app.tasks.rows.conventions import API_DESCRIPTION
-from app.tasks.rows.spec import CATEGORIES, fmt
+from app.tasks.tasks.catalog import ALL_SPECS, check_catalog
+from app.tasks.tasks.conventions import API_DESCRIPTION
+from app.tasks.tasks.spec import CATEGORIES, fmt
 
 KEY_CONTENT = tomllib.loads(Path("app/tasks/key_content.toml").read_text(encoding="utf-8"))
 

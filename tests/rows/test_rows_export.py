@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from app.commands import export_bank as export_command
-from app.tasks.rows.export import EXPORT_FIELDS, export
+from app.tasks.tasks.export import EXPORT_FIELDS, export
 
 
 def card_fields(card: str) -> list[tuple[str, str]]:

@@ -12,10 +12,10 @@ import pytest
 from app.commands import tasks_verify
 from app.graders.dispatch import GradeOptions, grade
 from app.graders.result import Outcome
-from app.tasks.rows import verify as verify_mod
-from app.tasks.rows.anchors import ANCHORS, Anchor
-from app.tasks.rows.catalog import ALL_SPECS
-from app.tasks.rows.conventions import SLIPS
+from app.tasks.tasks import verify as verify_mod
+from app.tasks.tasks.anchors import ANCHORS, Anchor
+from app.tasks.tasks.catalog import ALL_SPECS
+from app.tasks.tasks.conventions import SLIPS
 
 IDS = [s.task_id for s in ALL_SPECS]
 RING_TASKS = [s.task_id for s in ALL_SPECS if "missing_ring_factor" in s.slips]

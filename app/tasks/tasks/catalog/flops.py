@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.tasks.rows.solutions import flops as sol
-from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
+from app.tasks.tasks.solutions import flops as sol
+from app.tasks.tasks.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
 _LLAMA70 = {"L": 80, "D": 8192, "N": 64, "K": 8, "H": 128, "F": 28672, "V": 128256}
 

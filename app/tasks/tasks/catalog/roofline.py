@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.tasks.rows.solutions import roofline as sol
-from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
+from app.tasks.tasks.solutions import roofline as sol
+from app.tasks.tasks.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
 _p0: dict[str, Any] = {"D": 4096, "F": 4096, "batches": [1, 64, 256, 1024, 8192], "peak": 1.97e14, "hbm": 8.2e11}
 _p1: dict[str, Any] = {

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.tasks.base import FiniteBank, Task
-from app.tasks.rows.catalog import ALL_SPECS, check_catalog
-from app.tasks.rows.conventions import API_DESCRIPTION
-from app.tasks.rows.spec import Row, TaskSpec
+from app.tasks.tasks.catalog import ALL_SPECS, check_catalog
+from app.tasks.tasks.conventions import API_DESCRIPTION
+from app.tasks.tasks.spec import Row, TaskSpec
 
 if TYPE_CHECKING:
     from app.settings import Settings

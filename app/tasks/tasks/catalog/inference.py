@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.tasks.rows.solutions import inference as sol
-from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
+from app.tasks.tasks.solutions import inference as sol
+from app.tasks.tasks.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
 _p28: dict[str, Any] = {"bw": 1.6e12, "models": [("8B", 8e9), ("70B", 7e10), ("405B", 4.05e11)]}
 _p29: dict[str, Any] = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.tasks.rows.conventions import INT8_BYTES, Conventions, q
-from app.tasks.rows.solutions._common import bound, ceil_int, matmul_bytes, matmul_flops
-from app.tasks.rows.spec import Row
+from app.tasks.tasks.conventions import INT8_BYTES, Conventions, q
+from app.tasks.tasks.solutions._common import bound, ceil_int, matmul_bytes, matmul_flops
+from app.tasks.tasks.spec import Row
 
 
 def matmul_intensity(p: Mapping[str, Any], c: Conventions) -> list[Row]:

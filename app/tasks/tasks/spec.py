@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from app.tasks.rows.conventions import CORRECT, Conventions
+from app.tasks.tasks.conventions import CORRECT, Conventions
 
 FieldType = Literal["integer", "number", "string", "boolean"]
 Row = dict[str, Any]

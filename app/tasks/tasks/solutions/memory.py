@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from app.tasks.rows.conventions import ADAM_BYTES, GIB, Conventions, q
-from app.tasks.rows.solutions._common import ceil_int, floor_int
-from app.tasks.rows.spec import Row
+from app.tasks.tasks.conventions import ADAM_BYTES, GIB, Conventions, q
+from app.tasks.tasks.solutions._common import ceil_int, floor_int
+from app.tasks.tasks.spec import Row
 
 
 def training_bytes_per_param(c: Conventions) -> Fraction:

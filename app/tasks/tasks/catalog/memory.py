@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.tasks.rows.solutions import memory as sol
-from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
+from app.tasks.tasks.solutions import memory as sol
+from app.tasks.tasks.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
 _p15: dict[str, Any] = {"P": 7e10}
 _p16: dict[str, Any] = {"hbm_gib": 96, "models": [("7B", 7e9), ("70B", 7e10), ("405B", 4.05e11)]}

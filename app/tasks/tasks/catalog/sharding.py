@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.tasks.rows.solutions import sharding as sol
-from app.tasks.rows.spec import FieldSpec, TaskSpec, fmt, fmt_list
+from app.tasks.tasks.solutions import sharding as sol
+from app.tasks.tasks.spec import FieldSpec, TaskSpec, fmt, fmt_list
 
 _p21: dict[str, Any] = {"rows": 8192, "cols": 28672, "W": 4.5e10, "chips": [2, 4, 16, 64]}
 _p22: dict[str, Any] = {"rows": 16384, "cols": 8192, "N": 16, "W": 9e10}

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from app.tasks.rows.conventions import GIB, INT4_BYTES, INT8_BYTES, Conventions, q
-from app.tasks.rows.solutions.memory import kv_bytes_per_token
-from app.tasks.rows.spec import Row
+from app.tasks.tasks.conventions import GIB, INT4_BYTES, INT8_BYTES, Conventions, q
+from app.tasks.tasks.solutions.memory import kv_bytes_per_token
+from app.tasks.tasks.spec import Row
 
 
 def decode_bandwidth_bound(p: Mapping[str, Any], c: Conventions) -> list[Row]:

@@ -25,10 +25,10 @@ from typing import Any
 
 from app.graders.result import Outcome
 from app.graders.rows import grade_rows
-from app.tasks.rows.anchors import ANCHORS
-from app.tasks.rows.bank import RowsTask, build_tasks
-from app.tasks.rows.conventions import SLIPS
-from app.tasks.rows.spec import Row, fmt
+from app.tasks.tasks.anchors import ANCHORS
+from app.tasks.tasks.bank import RowsTask, build_tasks
+from app.tasks.tasks.conventions import SLIPS
+from app.tasks.tasks.spec import Row, fmt
 
 EXPECTED_PATH = Path(__file__).with_name("expected.json")
 TOLERANCE = 1e-9

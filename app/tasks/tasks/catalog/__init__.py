@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.tasks.rows.catalog import flops, inference, memory, roofline, sharding
-from app.tasks.rows.spec import CATEGORIES, TaskSpec
+from app.tasks.tasks.catalog import flops, inference, memory, roofline, sharding
+from app.tasks.tasks.spec import CATEGORIES, TaskSpec
 
 ALL_SPECS: tuple[TaskSpec, ...] = tuple(
     sorted(

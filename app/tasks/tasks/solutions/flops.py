@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from app.tasks.rows.conventions import DAY_S, GIB, Conventions, q
-from app.tasks.rows.solutions._common import attention_params, matmul_flops, mlp_params
-from app.tasks.rows.spec import Row
+from app.tasks.tasks.conventions import DAY_S, GIB, Conventions, q
+from app.tasks.tasks.solutions._common import attention_params, matmul_flops, mlp_params
+from app.tasks.tasks.spec import Row
 
 
 def train_flops(c: Conventions, params: Fraction | int, tokens: Fraction | int) -> Fraction:

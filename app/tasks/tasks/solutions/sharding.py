@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from app.tasks.rows.conventions import Conventions, q
-from app.tasks.rows.solutions._common import all_gather_time, all_reduce_time, matmul_flops
-from app.tasks.rows.solutions.flops import train_flops
-from app.tasks.rows.spec import Row
+from app.tasks.tasks.conventions import Conventions, q
+from app.tasks.tasks.solutions._common import all_gather_time, all_reduce_time, matmul_flops
+from app.tasks.tasks.solutions.flops import train_flops
+from app.tasks.tasks.spec import Row
 
 
 def all_gather_scaling(p: Mapping[str, Any], c: Conventions) -> list[Row]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from app.tasks.rows.conventions import Conventions
+from app.tasks.tasks.conventions import Conventions
 
 
 def matmul_flops(c: Conventions, m: int, k: int, n: int) -> Fraction:

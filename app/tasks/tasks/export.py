@@ -8,9 +8,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from app.tasks.rows.bank import RowsTask, build_tasks
-from app.tasks.rows.conventions import API_DESCRIPTION
-from app.tasks.rows.verify import digest
+from app.tasks.tasks.bank import RowsTask, build_tasks
+from app.tasks.tasks.conventions import API_DESCRIPTION
+from app.tasks.tasks.verify import digest
 
 # (name, type in the files, meaning). The records and the card's table both come from this list.
 EXPORT_FIELDS: tuple[tuple[str, str, str], ...] = (
