@@ -16,7 +16,7 @@ from app.errors import ApiError, JobPending, QueueUnavailable
 from app.graders import dispatch
 from app.graders.dispatch import JudgeSpec
 from app.graders.result import GradeResult, Outcome
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 from app.jobs.base import JobBackend, body_digest
 from app.jobs.execute import job_payload
 from app.observability import record_grade

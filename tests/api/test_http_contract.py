@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from app.graders.dispatch import GradeOptions, grade
 from app.graders.numeric import relative_error
 from app.graders.result import Outcome
-from app.graders.units import find_quantities, parse_quantity
+from app.quantities import find_quantities, parse_quantity
 from app.settings import Settings
 from app.tasks.book.annotations import load_annotations
 from app.tasks.book.parser import parse_chapter

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from app.graders.numeric import grade_numeric
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 from app.tasks.base import UnknownTask
 from app.tasks.synthetic.bank import SyntheticBank, generate
 from app.tasks.synthetic.families import FAMILIES
