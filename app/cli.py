@@ -15,9 +15,9 @@ COMMAND_MODULES = [
     "app.commands.tenant_key",
     "app.commands.coverage",
     "app.commands.book",
-    "app.commands.export_bank",  # `export`: every split (the tasks split through app.tasks.tasks.export)
+    "app.commands.export",  # `export`: every split (the tasks split through app.tasks.tasks.export)
     "app.commands.judge_check",
-    "app.commands.exam",
+    "app.commands.exam_summary",
     "app.commands.eval",
     "app.commands.impl",
 ]

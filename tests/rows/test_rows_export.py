@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from app.commands import export_bank as export_command
+from app.commands import export as export_command
 from app.tasks.tasks.export import EXPORT_FIELDS, export
 
 
