@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from app.api.schemas import GradeRequest
+from app.grading.models import GradeRequest
 from app.graders.result import GradeResult, Outcome
 
 DEFAULT_URL = "http://127.0.0.1:8000"

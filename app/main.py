@@ -12,7 +12,7 @@ from app import __version__
 from app.api import coverage, grade, health, jobs, rewards, tasks
 from app.api.auth import TenantMiddleware
 from app.api.errors import document_error_bodies, install_error_handlers
-from app.grading import GradingService
+from app.grading.service import GradingService
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
 from app.settings import Settings, get_settings

@@ -89,7 +89,7 @@ def install_error_handlers(app: FastAPI) -> None:
 def document_error_bodies(schema: dict[str, Any]) -> None:
     """Make the OpenAPI say what clients really get on a refusal: FastAPI documents its default
     422 body (a list of errors echoing the input), but every error here is {error, detail}."""
-    from app.api.schemas import ErrorBody
+    from app.grading.models import ErrorBody
 
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["ErrorBody"] = ErrorBody.model_json_schema()

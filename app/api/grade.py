@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from app.api.auth import tenant_of
 from app.api.errors import ApiError
 from app.api.plain import NamedRoute, OperationDocs, parse_body
-from app.api.schemas import GradeBatchRequest, GradeRequest
+from app.grading.models import GradeBatchRequest, GradeRequest
 from app.errors import JobPending
 from app.graders.result import GradeResult
 

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.auth import tenant_of
 from app.api.errors import ApiError
 from app.api.plain import NamedRoute, OperationDocs, parse_body
-from app.api.schemas import GradeBatchRequest, GradeRequest
+from app.grading.models import GradeBatchRequest, GradeRequest
 from app.graders.result import GradeResult, Outcome
-from app.integrations.labels import in_order, pending, requests_for, settle
+from app.grading.labels import in_order, pending, requests_for, settle
 from app.integrations.openrlhf import response_from_query
 
 

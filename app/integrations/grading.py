@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from app.api.schemas import GradeRequest
+from app.grading.models import GradeRequest
 from app.client import AsyncGraderClient, GraderClient
 from app.graders.result import GradeResult
-from app.integrations.labels import in_order, pending, requests_for, settle
+from app.grading.labels import in_order, pending, requests_for, settle
 
 URL_ENV = "SCALING_GRADER_URL"
 
@@ -63,7 +63,7 @@ def async_client(url: str) -> AsyncGraderClient:
 
 @lru_cache(maxsize=4)
 def _service(settings_json: str) -> Any:
-    from app.grading import GradingService
+    from app.grading.service import GradingService
     from app.settings import Settings
 
     return GradingService(Settings.model_validate_json(settings_json))

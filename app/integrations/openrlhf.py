@@ -14,7 +14,7 @@ How the response is cut out of the query (first rule that applies):
 Then every special token (``<|...|>``, ``<｜...｜>``, ``<s>``, ``</s>``, ``<pad>``,
 ``<end_of_turn>``...) is removed, so a trailing ``<|im_end|>`` cannot stick to the answer.
 
-Labels are read by ``app.integrations.labels``."""
+Labels are read by ``app.grading.labels``."""
 
 from __future__ import annotations
 

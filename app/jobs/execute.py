@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.schemas import GradeRequest
+from app.grading.models import GradeRequest
 from app.graders.result import GradeResult
 from app.settings import Settings
 
@@ -15,7 +15,7 @@ def job_payload(request: GradeRequest, tenant: str) -> dict[str, Any]:
 
 
 def run_payload(payload: dict[str, Any], settings: Settings) -> GradeResult:
-    from app.grading import GradingService
+    from app.grading.service import GradingService
 
     service = GradingService(settings)
     request = GradeRequest.model_validate(payload["request"])

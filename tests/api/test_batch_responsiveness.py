@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from app.api.schemas import GradeRequest
-from app.grading import INLINE_CHUNK, GradingService
+from app.grading.models import GradeRequest
+from app.grading.service import INLINE_CHUNK, GradingService
 from app.settings import Settings
 from app.tasks.synthetic.bank import SyntheticBank
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.api.schemas import GradeRequest
+from app.grading.models import GradeRequest
 from app.graders.result import GradeResult, Outcome
 
 

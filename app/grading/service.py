@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from app.api.schemas import GradeRequest, completion_text
+from app.grading.models import GradeRequest, completion_text
 from app.errors import ApiError, JobPending, QueueUnavailable
 from app.graders import dispatch
 from app.graders.dispatch import JudgeSpec
