@@ -20,7 +20,7 @@ from app.api.plain import NamedRoute, OperationDocs, parse_body
 from app.grading.models import GradeBatchRequest, GradeRequest
 from app.graders.result import GradeResult, Outcome
 from app.grading.labels import in_order, pending, requests_for, settle
-from app.integrations.openrlhf import response_from_query
+from app.api.openrlhf import response_from_query
 
 
 class RewardsResponse(BaseModel):
