@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from app.grading.models import GradeRequest
 from app.graders.result import GradeResult, Outcome
+from app.grading.models import GradeRequest
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})

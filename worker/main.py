@@ -18,7 +18,7 @@ from rq.serializers import JSONSerializer
 from rq.timeouts import UnixSignalDeathPenalty
 from rq.worker import WorkerStatus
 
-from app.jobs.redis_jobs import sync_connection
+from app.redis_link import sync_connection
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

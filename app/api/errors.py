@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import ApiError
@@ -20,6 +21,12 @@ from app.tasks.book.source import BookSourceError
 __all__ = ["ApiError", "describe_validation_errors", "document_error_bodies", "error_response",
            "install_error_handlers"]
 log = logging.getLogger(__name__)
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: str
+    kind: Literal["error"] = "error"
 
 
 def error_response(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -89,8 +96,6 @@ def install_error_handlers(app: FastAPI) -> None:
 def document_error_bodies(schema: dict[str, Any]) -> None:
     """Make the OpenAPI say what clients really get on a refusal: FastAPI documents its default
     422 body (a list of errors echoing the input), but every error here is {error, detail}."""
-    from app.grading.models import ErrorBody
-
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["ErrorBody"] = ErrorBody.model_json_schema()
     body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}

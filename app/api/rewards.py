@@ -15,12 +15,13 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.auth import tenant_of
-from app.api.errors import ApiError
+from app.api.deps import grading_of, settings_of
+from app.api.openrlhf import response_from_query
 from app.api.plain import NamedRoute, OperationDocs, parse_body
-from app.grading.models import GradeBatchRequest, GradeRequest
+from app.errors import ApiError
 from app.graders.result import GradeResult, Outcome
 from app.grading.labels import in_order, pending, requests_for, settle
-from app.api.openrlhf import response_from_query
+from app.grading.models import GradeBatchRequest, GradeRequest
 
 
 class RewardsResponse(BaseModel):
@@ -45,7 +46,7 @@ class GetRewardResponse(BaseModel):
 
 
 def _check_size(request: Request, n: int) -> None:
-    limit = request.app.state.settings.limits.max_grades_per_batch
+    limit = settings_of(request).limits.max_grades_per_batch
     if n > limit:
         raise ApiError(422, "invalid_request", f"at most {limit} items per request")
 
@@ -59,11 +60,11 @@ async def _grade(request: Request, items: list[GradeRequest]) -> list[GradeResul
     (unless an item sets its own wait): a reward endpoint answers with rewards, not job ids."""
     if not items:
         return []
-    longest = request.app.state.settings.limits.max_wait_seconds
+    longest = settings_of(request).limits.max_wait_seconds
     for item in items:  # parsed from this request alone: set in place (a copy costs more than parsing)
         if item.wait is None:
             item.wait = longest
-    return settle(await request.app.state.grading.grade_many(items, tenant_of(request)))
+    return settle(await grading_of(request).grade_many(items, tenant_of(request)))
 
 
 async def rewards(request: Request) -> Response:

@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.grading.models import GradeRequest
+from app.errors import JobPending
 from app.graders.result import GradeResult, Outcome
+from app.grading.models import GradeRequest
 
 
 class LabelError(ValueError):
@@ -68,8 +69,6 @@ def unscored(detail: str) -> GradeResult:
 def settle(results: Iterable[Any]) -> list[GradeResult]:
     """Grading results with any still-queued item (``JobPending``) as an unscored result: a
     trainer needs a verdict now, and a job id is not one."""
-    from app.errors import JobPending
-
     return [unscored(f"still queued when the wait ended (job {r.job_id})") if isinstance(r, JobPending) else r
             for r in results]
 

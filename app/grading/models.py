@@ -3,7 +3,7 @@ graders, is where oversized or malformed input stops."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictStr, model_validator
 
@@ -94,9 +94,3 @@ class GradeRequest(BaseModel):
 class GradeBatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     items: list[GradeRequest] = Field(min_length=1)
-
-
-class ErrorBody(BaseModel):
-    error: str
-    detail: str
-    kind: Literal["error"] = "error"

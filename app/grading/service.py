@@ -5,20 +5,21 @@ the reward adapters all come through here, so every entry point grades the same 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
-from app.grading.models import GradeRequest, completion_text
 from app.errors import ApiError, JobPending, QueueUnavailable
 from app.graders import dispatch
 from app.graders.dispatch import JudgeSpec
+from app.graders.judge import JudgeUnavailable, normalise_base_url, require_judge_for
 from app.graders.result import GradeResult, Outcome
-from app.quantities import parse_quantity
-from app.jobs.base import JobBackend, body_digest
-from app.jobs.execute import job_payload
+from app.grading.models import GradeRequest, completion_text
+from app.grading.references import task_from_reference
+from app.jobs.base import JobBackend, JobView, QueuedGrading, body_digest
+from app.jobs.embedded import EmbeddedJobs
 from app.observability import record_grade
 from app.settings import Settings
 from app.tasks.base import INLINE_KINDS, Task, UnknownTask
@@ -29,35 +30,9 @@ from app.tenants import LOCAL_TENANT, Tenant
 INLINE_CHUNK = 64
 
 
-def task_from_reference(request: GradeRequest, settings: Settings) -> Task:
-    reference = request.reference
-    assert reference is not None
-    if reference.values is not None:
-        for i, value in enumerate(reference.values):
-            try:
-                finite = math.isfinite(parse_quantity(value).value)
-            except ValueError:
-                raise ApiError(422, "invalid_reference", f"reference.values[{i}] is not a single quantity") from None
-            if not finite:  # NaN or overflow ("1e400 s"): no answer could ever match it
-                raise ApiError(422, "invalid_reference", f"reference.values[{i}] is not a finite quantity")
-        return Task(id="", split="", prompt="", grading="numeric", gold=tuple(reference.values),
-                    tolerance=reference.tolerance or settings.tolerances.inline)
-    from app.graders.rows import InvalidRowsReference, reference_task
-
-    try:
-        return reference_task({"rows": reference.rows}, settings)
-    except InvalidRowsReference as exc:
-        raise ApiError(422, "invalid_reference", str(exc)[:200]) from None
-
-
-def make_job_backend(settings: Settings) -> JobBackend:
-    if settings.redis_url:
-        from app.jobs.redis_jobs import RedisJobs
-
-        return RedisJobs(settings)
-    from app.jobs.embedded import EmbeddedJobs
-
-    return EmbeddedJobs(settings)
+def job_payload(request: GradeRequest, tenant: str) -> dict[str, Any]:
+    """JSON-safe job arguments for a worker process: the request as sent (validated), and who sent it."""
+    return {"request": request.model_dump(mode="json", exclude={"request_id", "wait"}), "tenant": tenant}
 
 
 def apply_tenant_judge(request: GradeRequest, tenant: Tenant) -> GradeRequest:
@@ -68,8 +43,6 @@ def apply_tenant_judge(request: GradeRequest, tenant: Tenant) -> GradeRequest:
         base = tenant.judge_base_urls[0] if tenant.judge_base_urls else None
         return request.model_copy(update={"judge": JudgeSpec(model=tenant.judge_model, base_url=base)})
     if judge is not None and judge.base_url and tenant is not LOCAL_TENANT:
-        from app.graders.judge import JudgeUnavailable, normalise_base_url
-
         try:  # compared in the same canonical form as the operator's allow-list
             allowed = judge.base_url and normalise_base_url(judge.base_url) in {
                 normalise_base_url(u) for u in tenant.judge_base_urls
@@ -82,15 +55,19 @@ def apply_tenant_judge(request: GradeRequest, tenant: Tenant) -> GradeRequest:
 
 
 class GradingService:
+    """``jobs`` carries queued grading. Left out, in-process threads are made on first use (a
+    worker grading a job payload never needs them); a deployment with Redis passes its backend."""
+
     def __init__(self, settings: Settings, jobs: JobBackend | None = None) -> None:
         self.settings = settings
         self._jobs = jobs
 
     @property
     def jobs(self) -> JobBackend:
-        """Created on first use: a worker grading a job payload never needs one."""
         if self._jobs is None:
-            self._jobs = make_job_backend(self.settings)
+            if self.settings.redis_url:
+                raise RuntimeError("with a Redis URL configured, pass the service its Redis job backend")
+            self._jobs = EmbeddedJobs(self.settings)
         return self._jobs
 
     def prepare(self, request: GradeRequest) -> tuple[Task, str]:
@@ -104,15 +81,14 @@ class GradingService:
             except UnknownTask:
                 raise ApiError(404, "unknown_task", "no task has this id") from None
         else:
-            task = task_from_reference(request, self.settings)
+            assert request.reference is not None  # the model requires a task id or a reference
+            task = task_from_reference(request.reference, self.settings)
         if task.grading == "judge":
             self.require_judge([task], request)
         return task, text
 
     def require_judge(self, tasks: Sequence[Task], request: GradeRequest) -> None:
         """Refuse up front when judge items have no usable judge, rather than a judge_error each."""
-        from app.graders.judge import JudgeUnavailable, require_judge_for
-
         try:
             require_judge_for(tasks, request.options(), self.settings)
         except JudgeUnavailable as exc:
@@ -124,10 +100,23 @@ class GradingService:
         record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start)
         return result
 
+    def run_job(self, payload: dict[str, Any]) -> GradeResult:
+        """Grade a job payload (see ``job_payload``) in a worker process."""
+        request = GradeRequest.model_validate(payload["request"])
+        task, text = self.prepare(request)
+        return self.grade_now(task, text, request)
+
+    async def job(self, tenant: Tenant, job_id: str, wait: float) -> JobView | None:
+        """A queued grading as its tenant sees it, after waiting at most the service's longest wait."""
+        return await self.jobs.view(tenant.name, job_id, min(wait, self.settings.limits.max_wait_seconds))
+
     async def grade(self, request: GradeRequest, tenant: Tenant = LOCAL_TENANT) -> GradeResult:
         """The result, or JobPending if queued work outlasts the request's wait."""
         request = apply_tenant_judge(request, tenant)
         task, text = self.prepare(request)
+        return await self._grade_prepared(request, task, text, tenant)
+
+    async def _grade_prepared(self, request: GradeRequest, task: Task, text: str, tenant: Tenant) -> GradeResult:
         inline = task.grading in INLINE_KINDS
         if inline and request.request_id is None:
             return self.grade_now(task, text, request)
@@ -145,10 +134,11 @@ class GradingService:
                 result.job_id = claim.job_id
                 await self.jobs.store(tenant.name, claim.job_id, result)
                 return result
-            await self.jobs.enqueue(tenant.name, claim.job_id, task.grading, job_payload(request, tenant.name),
-                                    tenant.max_in_flight)
+            work = QueuedGrading(kind=task.grading, run=lambda: self.grade_now(task, text, request),
+                                 payload=lambda: job_payload(request, tenant.name))
+            await self.jobs.enqueue(tenant.name, claim.job_id, work, tenant.max_in_flight)
         wait = self.settings.queue.default_wait if request.wait is None else request.wait
-        view = await self.jobs.view(tenant.name, claim.job_id, min(wait, self.settings.limits.max_wait_seconds))
+        view = await self.job(tenant, claim.job_id, wait)
         if view is None:  # the claim expired between the calls: treat as gone rather than guess
             raise ApiError(404, "unknown_job", "the job for this request is no longer known")
         if view.result is not None:
@@ -164,7 +154,7 @@ class GradingService:
         the event loop would hold every other request back for seconds."""
         results: list[GradeResult | JobPending | None] = [None] * len(requests)
         inline: list[tuple[int, Task, str, GradeRequest]] = []
-        others: list[int] = []
+        others: list[tuple[int, Task, str, GradeRequest]] = []
         # Every item is checked before any is graded or queued, so a batch holding judge items
         # without a usable judge is refused whole, up front.
         for i, request in enumerate(requests):
@@ -177,7 +167,7 @@ class GradingService:
             if task.grading in INLINE_KINDS and request.request_id is None:
                 inline.append((i, task, text, request))
             else:  # queued kinds, and idempotent items, go through the job store
-                others.append(i)
+                others.append((i, task, text, request))
 
         for start in range(0, len(inline), INLINE_CHUNK):
             chunk = inline[start : start + INLINE_CHUNK]
@@ -185,15 +175,16 @@ class GradingService:
             for (i, *_), result in zip(chunk, graded, strict=True):
                 results[i] = result
 
-        async def one(request: GradeRequest) -> GradeResult | JobPending:
+        async def one(task: Task, text: str, request: GradeRequest) -> GradeResult | JobPending:
             try:
-                return await self.grade(request, tenant)
+                return await self._grade_prepared(request, task, text, tenant)
             except JobPending as pending:
                 return pending
             except ApiError as problem:
                 return self._refused(request, problem)
 
-        for i, result in zip(others, await asyncio.gather(*(one(requests[i]) for i in others)), strict=True):
+        queued = await asyncio.gather(*(one(t, x, r) for _, t, x, r in others))
+        for (i, *_), result in zip(others, queued, strict=True):
             results[i] = result
         return [r for r in results if r is not None]
 

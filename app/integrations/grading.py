@@ -12,10 +12,13 @@ from collections.abc import Awaitable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from app.grading.models import GradeRequest
 from app.client import AsyncGraderClient, GraderClient
 from app.graders.result import GradeResult
 from app.grading.labels import in_order, pending, requests_for, settle
+from app.grading.models import GradeRequest
+from app.grading.service import GradingService
+from app.jobs.embedded import EmbeddedJobs
+from app.settings import Settings
 
 URL_ENV = "SCALING_GRADER_URL"
 
@@ -62,17 +65,14 @@ def async_client(url: str) -> AsyncGraderClient:
 
 
 @lru_cache(maxsize=4)
-def _service(settings_json: str) -> Any:
-    from app.grading.service import GradingService
-    from app.settings import Settings
+def _service(settings_json: str) -> GradingService:
+    settings = Settings.model_validate_json(settings_json)
+    # In this process: queued kinds (judge, impl) run on its threads too, whatever Redis is configured.
+    return GradingService(settings, EmbeddedJobs(settings))
 
-    return GradingService(Settings.model_validate_json(settings_json))
 
-
-def local_service(settings_overrides: dict[str, Any] | None = None) -> Any:
+def local_service(settings_overrides: dict[str, Any] | None = None) -> GradingService:
     """The in-process GradingService (cached per settings), for grading without a server."""
-    from app.settings import Settings
-
     return _service(Settings(**(settings_overrides or {})).model_dump_json())
 
 

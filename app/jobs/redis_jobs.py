@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
-import redis
 import redis.asyncio as aioredis
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
@@ -17,23 +17,21 @@ from rq.serializers import JSONSerializer
 from app.errors import ApiError, QueueUnavailable
 from app.graders.result import GradeResult, Outcome
 from app.jobs import keys
-from app.jobs.base import ClaimResult, JobView, job_id_for, poll_until
+from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until
+from app.redis_link import REDIS_ERRORS, sync_connection
 from app.settings import Settings
-
-JOB_FUNCTION = "worker.jobs.grade_job"
-REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
-
-
-def sync_connection(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=3, health_check_interval=10)
 
 
 class RedisJobs:
+    """``job_function`` is the RQ job a worker runs on each payload: a module-level function that
+    the workers can import by the same name (RQ records its module and name)."""
+
     name = "redis"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, job_function: Callable[[dict[str, Any]], Any]) -> None:
         assert settings.redis_url
         self.settings = settings
+        self.job_function = job_function
         self.async_redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
         self._sync = sync_connection(settings.redis_url)
         self._queues: dict[str, Queue] = {}
@@ -59,14 +57,14 @@ class RedisJobs:
             raise ApiError(409, "request_id_reused", "this request_id was used for a different request")
         return ClaimResult(job_id, new=False)
 
-    async def enqueue(self, tenant: str, job_id: str, kind: str, payload: dict[str, Any],
-                      max_in_flight: int | None = None) -> None:
+    async def enqueue(self, tenant: str, job_id: str, work: QueuedGrading, max_in_flight: int | None = None) -> None:
         queue_settings = self.settings.queue
+        payload = work.payload()
         try:
             if max_in_flight is not None:
                 await self._reserve_slot(tenant, job_id, max_in_flight)
-            await anyio.to_thread.run_sync(lambda: self._queue(kind).enqueue(
-                JOB_FUNCTION, payload, job_id=job_id, job_timeout=queue_settings.job_timeout,
+            await anyio.to_thread.run_sync(lambda: self._queue(work.kind).enqueue(
+                self.job_function, payload, job_id=job_id, job_timeout=queue_settings.job_timeout,
                 result_ttl=queue_settings.result_ttl, failure_ttl=queue_settings.result_ttl,
                 # no interval: a delayed retry would need an RQ scheduler; re-queue at once instead
                 retry=Retry(max=queue_settings.retries) if queue_settings.retries else None,
