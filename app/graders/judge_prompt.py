@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from app.graders.extract import strip_thinking
+from app.graders.completion import drop_thinking, strip_thinking
 
 SYSTEM_PROMPT = (
     "You grade answers to exam questions about scaling machine-learning models (rooflines, TPUs "
@@ -19,7 +19,6 @@ SYSTEM_PROMPT = (
     "with exactly one word: yes or no."
 )
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FIRST_WORD = re.compile(r"^[\W_]*([a-z]+)")
 _LABELLED = re.compile(r"(?:verdict|answer|correct)\s*\**\s*[:：]\s*\**\s*(yes|no)\b")
 
@@ -62,11 +61,7 @@ def parse_verdict(reply: str | None) -> bool | None:
     """True for yes, False for no, None when the reply is not a clear verdict."""
     if not reply:
         return None
-    text = _THINK.sub(" ", reply)
-    close = text.lower().rfind("</think>")
-    if close != -1:
-        text = text[close + len("</think>") :]
-    text = text.strip().lower()
+    text = drop_thinking(reply).strip().lower()
     m = _FIRST_WORD.match(text)
     if m and m.group(1) in ("yes", "no"):
         return m.group(1) == "yes"
