@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from app.commands import tasks_verify
+from app.commands import tasks_verify as verify_mod
 from app.graders.dispatch import GradeOptions, grade
 from app.graders.result import Outcome
-from app.tasks.tasks import verify as verify_mod
 from app.tasks.tasks.anchors import ANCHORS, Anchor
 from app.tasks.tasks.catalog import ALL_SPECS
 from app.tasks.tasks.conventions import SLIPS
