@@ -18,9 +18,9 @@ from pathlib import Path
 
 import openai
 
-from app.graders.dispatch import GradeOptions, JudgeSpec
 from app.graders.judge import grade_task
 from app.graders.judge_prompt import build_messages
+from app.graders.options import GradeOptions, JudgeSpec
 from app.settings import JudgeSettings, Settings
 from app.tasks.base import Task
 from app.tasks.exam.bank import build_tasks

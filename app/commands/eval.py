@@ -51,8 +51,8 @@ def default_out_dir(model: str, split: str) -> Path:
 def _no_judge_for(tasks: list[dict], args: argparse.Namespace) -> str | None:
     """Why in-process grading could not judge the judge-graded tasks, found before any sampling
     (a service applies its own judge settings, so it is not second-guessed here)."""
-    from app.graders.dispatch import GradeOptions, JudgeSpec
     from app.graders.judge import judge_problem
+    from app.graders.options import GradeOptions, JudgeSpec
     from app.integrations.grading import judge_settings
     from app.settings import Settings
 

@@ -10,8 +10,8 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from app.graders.dispatch import GradeOptions, JudgeSpec
 from app.graders.judge import grade_task, normalise_base_url
+from app.graders.options import GradeOptions, JudgeSpec
 from app.graders.result import Outcome
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from app.graders.result import GradeResult, Outcome, ValueVerdict
 from app.quantities import Quantity, find_quantities, parse_quantity
 
 if TYPE_CHECKING:
-    from app.graders.dispatch import GradeOptions
+    from app.graders.options import GradeOptions
     from app.settings import Settings
     from app.tasks.base import Task
 

@@ -25,7 +25,7 @@ from app.graders.result import GradeResult, Outcome
 from app.tasks.base import Task
 
 if TYPE_CHECKING:
-    from app.graders.dispatch import GradeOptions
+    from app.graders.options import GradeOptions
     from app.settings import Settings
 
 MAX_ROWS = 1000  # more rows than any reference has: compare no further

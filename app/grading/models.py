@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictStr, model_validator
 
-from app.graders.dispatch import GradeOptions, JudgeSpec
+from app.graders.options import GradeOptions, JudgeSpec
 
 
 class ChatMessage(BaseModel):

@@ -13,8 +13,8 @@ import anyio
 
 from app.errors import ApiError, JobPending, QueueUnavailable
 from app.graders import dispatch
-from app.graders.dispatch import JudgeSpec
 from app.graders.judge import JudgeUnavailable, normalise_base_url, require_judge_for
+from app.graders.options import JudgeSpec
 from app.graders.result import GradeResult, Outcome
 from app.grading.models import GradeRequest, completion_text
 from app.grading.references import task_from_reference

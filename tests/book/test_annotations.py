@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
 from app.graders.numeric import relative_error
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.quantities import find_quantities, parse_quantity
 from app.settings import Settings

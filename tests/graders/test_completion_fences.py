@@ -9,10 +9,11 @@ import json
 import pytest
 
 from app.graders.completion import fences, prose, strip_thinking
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
 from app.graders.impl_source import extract_code
 from app.graders.json_answer import find_json_answer
 from app.graders.numeric import grade_numeric
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.graders.rows import grade_rows
 from app.settings import SandboxSettings, Settings

@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.settings import SandboxSettings, Settings
 from app.tasks import registry

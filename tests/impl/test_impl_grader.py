@@ -8,7 +8,8 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.settings import SandboxSettings, Settings
 from app.tasks import registry

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, JudgeSpec, grade
+from app.graders.dispatch import grade
 from app.graders.judge import (
     EXTRA_BODY,
     JudgeUnavailable,
@@ -17,6 +17,7 @@ from app.graders.judge import (
     judge_problem,
     require_judge_for,
 )
+from app.graders.options import GradeOptions, JudgeSpec
 from app.graders.result import Outcome
 from app.settings import Settings
 from app.tasks.base import Task

@@ -11,7 +11,8 @@ import pytest
 
 from app.commands import tasks_verify
 from app.commands import tasks_verify as verify_mod
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.tasks.tasks.anchors import ANCHORS, Anchor
 from app.tasks.tasks.catalog import ALL_SPECS

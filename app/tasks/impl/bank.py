@@ -31,6 +31,7 @@ def task_for(exercise: Exercise) -> Task:
             "needs_jax": exercise.profile == "jax",
             "hidden_cases": len(exercise.hidden_cases()),
         },
+        hidden={"exercise": exercise},  # what the impl grader runs: hidden cases and limits
     )
 
 
