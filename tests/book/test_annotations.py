@@ -14,7 +14,7 @@ from app.quantities import find_quantities, parse_quantity
 from app.settings import Settings
 from app.tasks.book.annotations import load_annotations
 from app.tasks.book.parser import parse_chapter
-from app.tasks.coverage import item_ids, key_content
+from app.tasks.key_content import item_ids, key_content
 
 ANNOTATIONS = load_annotations()
 NUMERIC = sorted(k for k, a in ANNOTATIONS.items() if a.grading == "numeric")

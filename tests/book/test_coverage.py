@@ -10,7 +10,8 @@ import httpx
 
 from app.settings import get_settings
 from app.tasks import registry
-from app.tasks.coverage import compute_coverage, key_content, render_markdown
+from app.tasks.coverage import compute_coverage, render_markdown
+from app.tasks.key_content import key_content
 
 
 def _tagged(bank, item: str) -> int:
@@ -31,8 +32,12 @@ def test_book_counts_are_the_tasks_tagged_with_each_item(bank, settings) -> None
     assert cov.basis["book"] == f"all {bank.size()} tasks"
 
 
+def _broken_loader(settings):
+    import app.tasks.no_such_module  # noqa: F401  (the failure under test)
+
+
 def test_a_broken_split_is_reported_not_fatal(settings, monkeypatch) -> None:
-    monkeypatch.setitem(registry.SPLIT_LOADERS, "broken", "app.tasks.no_such_module:load_bank")
+    monkeypatch.setitem(registry.SPLIT_LOADERS, "broken", _broken_loader)
     registry.clear_cache()
     try:
         cov = compute_coverage(settings, ["book", "broken"])

@@ -20,7 +20,7 @@ from app.tasks.book.cache import BankCache, DiskBankCache, LayeredBankCache, Red
 from app.tasks.book.hardware_tables import ChipRecord, chip_records, chips_named, table_headers
 from app.tasks.book.markdown import to_markdown
 from app.tasks.book.parser import DETAILS_OPEN, PARSER_VERSION, ParsedQuestion, Span, is_fence, parse_chapter
-from app.tasks.coverage import item_ids, key_content
+from app.tasks.key_content import item_ids, key_content
 
 if TYPE_CHECKING:
     from app.settings import Settings
