@@ -12,6 +12,8 @@ import time
 
 import httpx
 
+from app.tasks.impl import reference
+from app.tasks.synthetic.bank import SyntheticBank
 from bench.loadgen import request_bytes, run_load
 from bench.timing import percentile
 from tests.support.redis_server import RedisServer
@@ -23,14 +25,10 @@ ENV = {"SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "2", "SCALING_GRADER_QUEUE__DEF
 
 
 def _impl_completion() -> str:
-    from app.tasks.impl import reference
-
     return "```python\n" + inspect.getsource(getattr(reference, EXERCISE)) + "\n```"
 
 
 def _numeric_bodies() -> list[dict]:
-    from app.tasks.synthetic.bank import SyntheticBank
-
     return [{"task_id": t.id, "completion": "Final answer: " + ", ".join(t.gold)}
             for t in SyntheticBank().batch(seed=4, n=48)]
 

@@ -12,6 +12,8 @@ import asyncio
 import json
 import time
 
+from app.client import GraderClient
+from app.tasks.synthetic.bank import SyntheticBank
 from bench.bench_http import uvicorn_server
 from bench.loadgen import request_bytes, run_load
 
@@ -19,8 +21,6 @@ CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def _items(n: int) -> tuple[list[dict], list[str], list[str], list[str]]:
-    from app.tasks.synthetic.bank import SyntheticBank
-
     tasks = SyntheticBank().batch(seed=9, n=n)
     items, prompts, queries, labels = [], [], [], []
     for i, t in enumerate(tasks):
@@ -45,8 +45,6 @@ def _items_per_second(port: int, path: str, body: dict, batch: int, seconds: flo
 
 
 def main(smoke: bool) -> None:
-    from app.client import GraderClient
-
     batch = 64 if smoke else 256
     seconds = 1.0 if smoke else 9.0
     rounds = 1 if smoke else 3

@@ -18,6 +18,7 @@ from rq.serializers import JSONSerializer
 from rq.timeouts import UnixSignalDeathPenalty
 from rq.worker import WorkerStatus
 
+from app.graders.impl import sandbox_status
 from app.redis_link import sync_connection
 from app.settings import Settings
 
@@ -83,8 +84,6 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
 def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None) -> int:
     worker = build_worker(settings, queues, name)
     if "impl" in queues:
-        from app.graders.impl import sandbox_status
-
         # Probe the isolation tiers and start the warm pool before taking the first job.
         log.info("sandbox: %s", sandbox_status(settings))
     worker.work(burst=burst, with_scheduler=False, logging_level="INFO")

@@ -18,8 +18,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.errors import ApiError
 from app.tasks.book.source import BookSourceError
 
-__all__ = ["ApiError", "describe_validation_errors", "document_error_bodies", "error_response",
-           "install_error_handlers"]
 log = logging.getLogger(__name__)
 
 

@@ -11,7 +11,8 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.routing import Match, Route
 
-from app.api.errors import ApiError, describe_validation_errors
+from app.api.errors import describe_validation_errors
+from app.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from app.tasks.exam.bank import build_tasks, summary_markdown
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("exam-summary", help="exam bank size by chapter and grading kind")
@@ -12,7 +14,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.tasks.exam.bank import build_tasks, summary_markdown
-
     print(summary_markdown(build_tasks(None, resolve=False)))
     return 0

@@ -18,6 +18,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from app.commands import bank_or_complain
+from app.settings import get_settings
+from app.tasks.base import parse_chapters
+from app.tasks.registry import get_bank
+from app.tasks.tasks.export import ExportUnavailable, export
+
 DEFAULT_GENERATED = 1000  # tasks written for an unlimited (generated) split unless -n says otherwise
 
 
@@ -36,8 +42,6 @@ OWN_FORMAT = ("tasks",)
 
 
 def export_own_format(args: argparse.Namespace) -> int:
-    from app.tasks.tasks.export import ExportUnavailable, export
-
     try:
         paths = export(args.out or Path("export") / args.split, args.format)
     except ExportUnavailable as exc:
@@ -49,9 +53,6 @@ def export_own_format(args: argparse.Namespace) -> int:
 
 
 def public_rows(split: str, *, n: int | None, seed: int, chapters: list[str] | None) -> list[dict[str, Any]]:
-    from app.settings import get_settings
-    from app.tasks.registry import get_bank
-
     settings = get_settings()
     bank = get_bank(split, settings)
     count = n if n is not None else (bank.size() or DEFAULT_GENERATED)
@@ -65,7 +66,7 @@ def write_rows(rows: list[dict[str, Any]], path: Path, fmt: str) -> None:
             for row in rows:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
         return
-    from datasets import Dataset
+    from datasets import Dataset  # optional (the export extra); only for Parquet
     # meta differs in shape from task to task (generator parameters): one JSON column keeps
     # Arrow from having to unify the structs.
     flat = [{**row, "meta": json.dumps(row["meta"], sort_keys=True)} for row in rows]
@@ -110,9 +111,6 @@ def dataset_card(split: str, description: str, rows: list[dict[str, Any]], data_
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.commands import bank_or_complain
-    from app.tasks.base import parse_chapters
-
     if args.split in OWN_FORMAT:
         return export_own_format(args)
     if args.n is not None and args.n < 1:

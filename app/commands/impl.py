@@ -11,12 +11,13 @@ import inspect
 import json
 import sys
 
+from app.graders.impl import grade_source, sandbox_status
 from app.settings import get_settings
+from app.tasks.impl import reference
+from app.tasks.impl.exercises import ALL
 
 
 def _exercises(args: argparse.Namespace) -> int:
-    from app.tasks.impl.exercises import ALL
-
     print("| task id | chapter | hidden cases | JAX | entry point |")
     print("|---|---|---|---|---|")
     for e in ALL:
@@ -27,18 +28,12 @@ def _exercises(args: argparse.Namespace) -> int:
 
 
 def _sandbox(args: argparse.Namespace) -> int:
-    from app.graders.impl import sandbox_status
-
     status = sandbox_status(get_settings())
     print(json.dumps(status, indent=2))
     return 0 if status["ok"] else 1
 
 
 def _check(args: argparse.Namespace) -> int:
-    from app.graders.impl import grade_source
-    from app.tasks.impl import reference
-    from app.tasks.impl.exercises import ALL
-
     settings = get_settings()
     failed = 0
     for e in ALL:

@@ -8,15 +8,13 @@ from __future__ import annotations
 import argparse
 import random
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
+from app.commands import bank_or_complain
 from app.graders.judge import grade_task, normalise_base_url
 from app.graders.options import GradeOptions, JudgeSpec
 from app.graders.result import Outcome
-
-if TYPE_CHECKING:
-    from app.settings import Settings
-    from app.tasks.base import Task
+from app.settings import Settings, get_settings
+from app.tasks.base import Task
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,9 +80,6 @@ def run_check(settings: Settings, tasks: list[Task], *, model: str, base_url: st
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.commands import bank_or_complain
-    from app.settings import get_settings
-
     try:
         base_url = normalise_base_url(args.base_url)
     except Exception as exc:

@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
+from app.commands import bank_or_complain
 from app.commands.tasks_verify import add_verify
+from app.tasks.base import parse_chapters
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,9 +23,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.commands import bank_or_complain
-    from app.tasks.base import parse_chapters
-
     if args.n < 1 or args.seed < 0 or args.offset < 0:
         print("n must be positive; seed and offset non-negative", file=sys.stderr)
         return 2

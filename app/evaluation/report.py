@@ -72,7 +72,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def plot_accuracy_by_chapter(summary: dict[str, Any], path: Path) -> None:
-    import matplotlib
+    import matplotlib  # optional (the eval extra), and slow to import: only when a plot is written
 
     matplotlib.use("Agg")  # files only: no display on a training node
     import matplotlib.pyplot as plt

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from openai import AsyncOpenAI, OpenAIError
+
 from app.client import AsyncGraderClient, GraderError
 from app.errors import ApiError
 from app.evaluation.progress import Progress
@@ -46,8 +48,6 @@ def _usage(response: Any) -> dict[str, int]:
 
 async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
     """One record per (task, rollout), in task order then rollout order."""
-    from openai import AsyncOpenAI, OpenAIError
-
     llm = AsyncOpenAI(base_url=config.base_url, api_key=os.environ.get(config.api_key_var) or "EMPTY",
                       timeout=config.request_timeout, max_retries=config.max_retries)
     grader = AsyncGraderClient(config.service_url) if config.service_url else None

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.tasks.base import parse_chapters
-
-__all__ = ["SYSTEM_PROMPT", "parse_chapters", "public_tasks"]
+from app.integrations.grading import sync_client
+from app.settings import get_settings
+from app.tasks.registry import get_bank
 
 # Asks for the answer line the numeric grader reads (app/graders/extract.py).
 SYSTEM_PROMPT = (
@@ -22,8 +22,6 @@ def public_tasks(split: str, *, chapters: list[str] | None, n: int | None, seed:
     """Public task views: from the service when a URL is given, else from the local bank.
     ``n`` None means the whole (finite) split."""
     if url:
-        from app.integrations.grading import sync_client
-
         client, out, page = sync_client(url), [], 512
         while n is None or len(out) < n:
             want = page if n is None else min(page, n - len(out))
@@ -32,9 +30,6 @@ def public_tasks(split: str, *, chapters: list[str] | None, n: int | None, seed:
             if len(got) < want:
                 break
         return out
-    from app.settings import get_settings
-    from app.tasks.registry import get_bank
-
     bank = get_bank(split, get_settings())
     size = bank.size()
     count = n if n is not None else size

@@ -18,7 +18,8 @@ from typing import Any
 from app.graders.result import GradeResult
 from app.integrations.grading import grade_labelled_async, judge_settings
 from app.integrations.grading import service_url as resolve_url
-from app.integrations.tasks import SYSTEM_PROMPT, parse_chapters, public_tasks
+from app.integrations.tasks import SYSTEM_PROMPT, public_tasks
+from app.tasks.base import parse_chapters
 
 STATE_KEY = "scaling_grader_result"
 
@@ -60,7 +61,7 @@ def load_environment(split: str = "synthetic", chapters: str | Sequence[str] | N
     ``judge_*`` choose the judge for judge-graded items; ``judge_api_key_var`` names the
     environment variable holding its key (local grading only: a service holds its own keys)."""
     try:
-        import verifiers as vf
+        import verifiers as vf  # optional (the verifiers extra)
         from datasets import Dataset
     except ImportError as exc:  # the core install stays light; say what to install
         raise ImportError("the verifiers environment needs: pip install 'scaling-grader[verifiers]'") from exc

@@ -168,7 +168,7 @@ def main():
         runner(cfg, pipe_w, ack_r)
     os.close(pipe_w)
     os.close(ack_r)
-    import ctypes
+    import ctypes  # after the fork: the runner child must start with nothing imported (see above)
 
     # Not dumpable: the runner (same uid) can no longer ptrace this process or open its fds.
     if ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE

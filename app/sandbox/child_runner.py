@@ -35,6 +35,7 @@ def _quiet(fds):
 
 def _warm(preload):
     info = {}
+    # The warm part: imported here, once per child, before any candidate code arrives.
     if preload in ("numpy", "jax"):
         import numpy  # noqa: F401
     if preload == "jax":

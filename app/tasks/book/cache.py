@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
+import redis
+
 log = logging.getLogger(__name__)
 
 _KEY = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -74,8 +76,6 @@ class RedisBankCache:
     PREFIX = "sg:bank:"
 
     def __init__(self, url: str) -> None:
-        import redis
-
         self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
 
     def get(self, key: str) -> bytes | None:

@@ -129,7 +129,7 @@ def export(out_dir: Path, fmt: str) -> list[Path]:
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
     else:
         try:
-            import datasets
+            import datasets  # optional (the export extra)
         except ImportError:
             raise ExportUnavailable(
                 "parquet export needs the 'datasets' package: pip install 'scaling-grader[export]'"
