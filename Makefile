@@ -12,7 +12,7 @@ ifneq ($(BOOK_MIRROR_DIR),)
 export SCALING_GRADER_BOOK_MIRROR ?= $(abspath $(BOOK_MIRROR_DIR))
 endif
 
-.PHONY: serve test lint bench bench-smoke system-deps clean
+.PHONY: serve test test-fast typecheck lint bench bench-smoke system-deps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,8 +44,18 @@ serve: $(VENV)/.serve
 
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 	$(BIN)/python -m bench --smoke
+
+# The quick loop while editing: everything but the tests marked slow (real workers, servers,
+# sandboxes under attack); under a minute.
+test-fast: system-deps $(VENV)/.test
+	$(BIN)/pytest -q -m "not slow"
+
+# mypy over app, worker and bench (strict on the grading core and the graders; see pyproject.toml).
+typecheck: $(VENV)/.test
+	$(BIN)/mypy
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .

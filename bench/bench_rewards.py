@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 from app.client import GraderClient
 from app.tasks.synthetic.bank import SyntheticBank
@@ -50,7 +51,7 @@ def main(smoke: bool) -> None:
     rounds = 1 if smoke else 3
     items, prompts, queries, labels = _items(batch)
     with uvicorn_server(["--factory", "app.main:create_app"]) as port:
-        bodies = {"/v1/grade/batch": {"items": items}, "/v1/rewards": {"items": items},
+        bodies: dict[str, dict[str, Any]] = {"/v1/grade/batch": {"items": items}, "/v1/rewards": {"items": items},
                   "/get_reward": {"query": queries, "prompts": prompts, "labels": labels}}
         # Interleaved rounds, best of each: the machine is shared, and a slow spell should not
         # land on one endpoint only.

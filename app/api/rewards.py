@@ -82,7 +82,7 @@ async def get_reward(request: Request) -> Response:
         given = getattr(body, name)
         if given is not None and len(given) != n:
             raise ApiError(422, "invalid_request", f"{name} has {len(given)} entries for {n} queries")
-    prompts = body.prompts or [None] * n
+    prompts: list[str | None] = [*body.prompts] if body.prompts else [None] * n
     labels = body.labels or [None] * n
     responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
     slots = requests_for(zip(labels, responses, strict=True))

@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if not tasks:
         print("no tasks match", file=sys.stderr)
         return 2
-    if problem := _no_judge_for(tasks, args):
-        print(problem, file=sys.stderr)
+    if no_judge := _no_judge_for(tasks, args):
+        print(no_judge, file=sys.stderr)
         return 2
     config = EvalConfig(
         model=args.model, base_url=args.base_url, api_key_var=args.api_key_var, rollouts=args.rollouts,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import random
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 from app.commands import bank_or_complain
 from app.graders.judge import grade_task, normalise_base_url
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  judge errors (unscored):     {report['errors']} {report['error_outcomes'] or ''}".rstrip())
     print(f"  agreement: {report['agreement']:.1%} of {report['scored']} scored cases")
     if args.verbose:
-        for task_id, expected in report["disagreements"]:  # type: ignore[union-attr]
+        for task_id, expected in cast("list[tuple[str, bool]]", report["disagreements"]):
             print(f"    disagree: {task_id} (expected {'yes' if expected else 'no'})")
     if report["scored"] == 0:
         return 2

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from openai import AsyncOpenAI, OpenAIError
+from openai.types.chat import ChatCompletionMessageParam
 
 from app.client import AsyncGraderClient, GraderError
 from app.errors import ApiError
@@ -63,7 +64,9 @@ async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress
             "task_id": task["id"], "split": task["split"], "chapter": task.get("chapter"),
             "grading": task["grading"], "rollout": rollout, "model": config.model,
         }
-        messages = [{"role": "system", "content": config.system_prompt}, {"role": "user", "content": task["prompt"]}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": config.system_prompt}, {"role": "user", "content": task["prompt"]},
+        ]
         start = time.perf_counter()
         async with gate:
             try:

@@ -67,5 +67,5 @@ def parse_verdict(reply: str | None) -> bool | None:
         return m.group(1) == "yes"
     labelled = _LABELLED.findall(text)
     if labelled:
-        return labelled[-1] == "yes"
+        return str(labelled[-1]) == "yes"
     return None

@@ -171,7 +171,7 @@ class GradingService:
 
         for start in range(0, len(inline), INLINE_CHUNK):
             chunk = inline[start : start + INLINE_CHUNK]
-            graded = await anyio.to_thread.run_sync(lambda c=chunk: [self.grade_now(t, x, r) for _, t, x, r in c])
+            graded = await anyio.to_thread.run_sync(self._grade_chunk, chunk)
             for (i, *_), result in zip(chunk, graded, strict=True):
                 results[i] = result
 
@@ -184,9 +184,12 @@ class GradingService:
                 return self._refused(request, problem)
 
         queued = await asyncio.gather(*(one(t, x, r) for _, t, x, r in others))
-        for (i, *_), result in zip(others, queued, strict=True):
-            results[i] = result
+        for (i, *_), outcome in zip(others, queued, strict=True):
+            results[i] = outcome
         return [r for r in results if r is not None]
+
+    def _grade_chunk(self, chunk: Sequence[tuple[int, Task, str, GradeRequest]]) -> list[GradeResult]:
+        return [self.grade_now(task, text, request) for _, task, text, request in chunk]
 
     @staticmethod
     def _refused(request: GradeRequest, problem: ApiError) -> GradeResult:

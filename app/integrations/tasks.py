@@ -22,7 +22,8 @@ def public_tasks(split: str, *, chapters: list[str] | None, n: int | None, seed:
     """Public task views: from the service when a URL is given, else from the local bank.
     ``n`` None means the whole (finite) split."""
     if url:
-        client, out, page = sync_client(url), [], 512
+        client, page = sync_client(url), 512
+        out: list[dict[str, Any]] = []
         while n is None or len(out) < n:
             want = page if n is None else min(page, n - len(out))
             got = client.tasks(split, seed=seed, n=want, offset=len(out), chapters=chapters)

@@ -22,6 +22,10 @@ from app.redis_link import REDIS_ERRORS, sync_connection
 from app.settings import Settings
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class RedisJobs:
     """``job_function`` is the RQ job a worker runs on each payload: a module-level function that
     the workers can import by the same name (RQ records its module and name)."""
@@ -53,7 +57,7 @@ class RedisJobs:
             seen = await self.async_redis.get(keys.idempotency(tenant, job_id))
         except REDIS_ERRORS:
             raise QueueUnavailable("Redis is unreachable") from None
-        if seen is not None and seen.decode() != digest:
+        if seen is not None and _text(seen) != digest:
             raise ApiError(409, "request_id_reused", "this request_id was used for a different request")
         return ClaimResult(job_id, new=False)
 
@@ -103,9 +107,9 @@ class RedisJobs:
     async def view(self, tenant: str, job_id: str, wait: float) -> JobView | None:
         try:
             owner = await self.async_redis.get(keys.owner(job_id))
-            if owner is None or owner.decode() != tenant:
+            if owner is None or _text(owner) != tenant:
                 return None
-            found: dict[str, bytes] = {}
+            found: dict[str, bytes | str] = {}
 
             async def finished() -> bool:
                 raw = await self.async_redis.get(keys.result(job_id))
@@ -120,7 +124,7 @@ class RedisJobs:
             status = await self.async_redis.hget(keys.rq_job(job_id), "status")
         except REDIS_ERRORS:
             raise QueueUnavailable("Redis is unreachable") from None
-        state = status.decode() if status else "queued"
+        state = _text(status) if status else "queued"
         if state in ("failed", "stopped", "canceled"):
             failed = GradeResult(grading="unknown", outcome=Outcome.error, reward=0.0, job_id=job_id,
                                  explanation="grading failed on every attempt; it was not scored")

@@ -10,7 +10,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import redis
 
@@ -80,7 +80,7 @@ class RedisBankCache:
 
     def get(self, key: str) -> bytes | None:
         try:
-            return self._redis.get(self.PREFIX + key)
+            return cast("bytes | None", self._redis.get(self.PREFIX + key))  # no decode_responses: bytes
         except Exception as exc:  # redis-py raises several families; any of them is a miss here
             log.warning("bank cache: Redis unavailable for %s: %s", key, type(exc).__name__)
             return None
