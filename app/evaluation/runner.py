@@ -8,16 +8,16 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from openai import AsyncOpenAI, OpenAIError
-from openai.types.chat import ChatCompletionMessageParam
+from typing import TYPE_CHECKING, Any
 
 from app.client import AsyncGraderClient, GraderError
 from app.errors import ApiError
 from app.evaluation.progress import Progress
 from app.integrations.grading import grade_labelled_async, judge_settings
 from app.integrations.tasks import SYSTEM_PROMPT
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,9 @@ def _usage(response: Any) -> dict[str, int]:
 
 async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
     """One record per (task, rollout), in task order then rollout order."""
+    # openai takes a second or more to import, and every CLI start imports this module.
+    from openai import AsyncOpenAI, OpenAIError
+
     llm = AsyncOpenAI(base_url=config.base_url, api_key=os.environ.get(config.api_key_var) or "EMPTY",
                       timeout=config.request_timeout, max_retries=config.max_retries)
     grader = AsyncGraderClient(config.service_url) if config.service_url else None

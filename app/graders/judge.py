@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import openai
-
 from app.graders.judge_prompt import build_messages, candidate_text, parse_verdict
 from app.graders.result import GradeResult, Outcome
 
 if TYPE_CHECKING:
+    import openai
+
     from app.graders.options import GradeOptions
     from app.settings import JudgeSettings, Settings
     from app.tasks.base import Task
@@ -129,8 +129,14 @@ _clients: dict[tuple[str, str, float], openai.OpenAI] = {}
 _clients_lock = threading.Lock()
 
 
+# openai takes a second or more to import: it is loaded on the first judge call, not with the
+# graders (every API process, worker and trainer imports those), hence the imports below.
+
+
 def _client(target: JudgeTarget, timeout: float) -> openai.OpenAI:
     """One client per endpoint, key and timeout, reused so connections are pooled."""
+    import openai  # on the first judge call (see above)
+
     key = (target.base_url, hashlib.sha256(target.api_key.encode()).hexdigest(), timeout)
     with _clients_lock:
         client = _clients.get(key)
@@ -145,10 +151,6 @@ def _client(target: JudgeTarget, timeout: float) -> openai.OpenAI:
         return client
 
 
-_RETRYABLE = (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError,
-              openai.InternalServerError)
-
-
 def _retry_after(exc: Exception) -> float | None:
     response = getattr(exc, "response", None)
     if response is None:
@@ -160,6 +162,8 @@ def _retry_after(exc: Exception) -> float | None:
 
 
 def _describe(exc: Exception) -> str:
+    import openai  # on the first judge call (see above)
+
     status = getattr(exc, "status_code", None)
     if isinstance(exc, openai.APITimeoutError):
         return "the judge timed out"
@@ -177,6 +181,10 @@ def call_judge(
 ) -> tuple[str | None, int]:
     """The judge's reply text and the number of attempts; JudgeCallFailed when retries run out
     or the endpoint refuses the request."""
+    import openai  # on the first judge call (see above)
+
+    retryable = (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError,
+                 openai.InternalServerError)
     client = _client(target, judge.timeout_seconds)
     attempts = 0
     delay = judge.backoff_seconds
@@ -190,7 +198,7 @@ def call_judge(
                 temperature=0.0,
                 extra_body=EXTRA_BODY,
             )
-        except _RETRYABLE as exc:
+        except retryable as exc:
             log.warning("judge %s at %s: %s (attempt %d)", target.model, target.base_url,
                         type(exc).__name__, attempts)
             if attempts > judge.max_retries:
