@@ -7,6 +7,8 @@ import pytest
 
 from app.quantities import parse_quantity
 
+pytestmark = pytest.mark.slow  # a real HTTP server per module: left out of `make test-fast`
+
 
 @pytest.fixture(scope="module")
 def client(server_url):

@@ -7,6 +7,7 @@ import argparse
 import json
 
 import httpx
+import pytest
 
 from app.settings import get_settings
 from app.tasks import registry
@@ -93,6 +94,7 @@ def test_coverage_command_refuses_an_unknown_split(env_settings, capsys) -> None
     assert captured.err.startswith("unknown split 'nope'; known: ") and "Traceback" not in captured.err
 
 
+@pytest.mark.slow
 def test_book_command_prints_size_and_exclusions(env_settings, bank, capsys) -> None:
     assert _run("app.commands.book", ["book"]) == 0
     out = capsys.readouterr().out
@@ -116,6 +118,7 @@ def test_book_command_reports_a_bad_source_cleanly(tmp_path, monkeypatch, capsys
     assert "roofline.md is missing" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_coverage_endpoint(server: str, bank) -> None:
     r = httpx.get(f"{server}/v1/coverage", params={"split": "book"}, timeout=30)
     assert r.status_code == 200
@@ -132,6 +135,7 @@ def test_coverage_endpoint_rejects_unknown_split(server: str) -> None:
     assert r.json() == {"error": "unknown_split", "detail": f"unknown split; known: {known}"}
 
 
+@pytest.mark.slow
 def test_readme_shows_the_book_summary_as_the_command_prints_it(env_settings, capsys) -> None:
     from tests.book.conftest import REPO
 

@@ -16,6 +16,8 @@ from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker
 
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+
 EXERCISE = "critical_batch_size"  # the cheapest exercise: few, quick hidden cases
 FAST_QUEUE = {"SCALING_GRADER_QUEUE__HEARTBEAT_INTERVAL": "1", "SCALING_GRADER_QUEUE__HEARTBEAT_GRACE": "2",
               "SCALING_GRADER_QUEUE__MAINTENANCE_INTERVAL": "1", "SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "1"}

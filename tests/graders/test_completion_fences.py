@@ -94,6 +94,7 @@ def test_thinking_is_stripped_before_fences_are_read() -> None:
     assert extract_code(text, "f") == CODE
 
 
+@pytest.mark.slow
 def test_a_tilde_fenced_submission_is_graded_in_the_sandbox() -> None:
     settings = Settings(sandbox=SandboxSettings(wall_seconds=20, warm_pool_size=2))
     task = registry.resolve_task("impl/critical_batch_size", settings)

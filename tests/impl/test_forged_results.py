@@ -15,6 +15,8 @@ from app.graders.result import Outcome
 from app.settings import SandboxSettings, Settings
 from app.tasks import registry
 
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+
 SETTINGS = Settings(sandbox=SandboxSettings(wall_seconds=20, warm_pool_size=2))
 
 

@@ -8,6 +8,8 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from app.graders.dispatch import grade
 from app.graders.options import GradeOptions
 from app.graders.result import Outcome
@@ -16,6 +18,8 @@ from app.tasks import registry
 from app.tasks.impl import reference
 from app.tasks.impl.exercises import BY_NAME
 from tests.impl.wrong_solutions import WRONG
+
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
 
 SETTINGS = Settings(sandbox=SandboxSettings(wall_seconds=20, warm_pool_size=2))
 

@@ -159,6 +159,7 @@ def test_unknown_model_is_a_judge_error(fake, judge_settings):
     assert result.outcome is Outcome.judge_error and "404" in result.explanation
 
 
+@pytest.mark.slow
 def test_timeout_is_a_judge_error(fake, judge_settings):
     start = time.perf_counter()
     result = grade_task(TASK, RESPONSE, options(fake, "judge-slow"),

@@ -131,6 +131,7 @@ def _verify_cli(argv: list[str]) -> int:
     return args.func(args)
 
 
+@pytest.mark.slow
 def test_verify_command(capsys) -> None:
     assert _verify_cli(["tasks", "verify"]) == 0
     out = capsys.readouterr().out

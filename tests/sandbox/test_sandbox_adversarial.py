@@ -16,6 +16,8 @@ from app.tasks.impl.spec import Case
 from tests.sandbox.attacks import ALL, OS_LAYER, Attack, code
 from tests.sandbox.tiers import SHORT_LIMITS, box_for, offered_tiers, tier_settings
 
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+
 # A value no attack can know: the only way to "pass" would be a forged result.
 UNGUESSABLE = Case(args=(), expected="expected-" + os.urandom(6).hex())
 # Under the OS layers alone, these checks hold only where the filesystem is private.

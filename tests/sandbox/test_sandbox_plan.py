@@ -69,6 +69,7 @@ def test_uid_pool_hands_out_each_uid_once_and_reuses_the_oldest() -> None:
     assert pool.take() == taken[0]
 
 
+@pytest.mark.slow
 def test_uid_claims_are_shared_between_processes(tmp_path) -> None:
     """Two workers on one host must never run children under one uid: the second process's pool
     skips the uid the first one holds, and gets it once the first process is gone."""
