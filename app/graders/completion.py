@@ -19,7 +19,6 @@ from dataclasses import dataclass
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 
-FENCE_MARKS = ("```", "~~~")
 _FENCE_OPEN = re.compile(r"(```|~~~)[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
 # A mark closed on its own line, or left open on the text's last line: an inline span, not a block.
 _INLINE_SPAN = re.compile(r"(```|~~~)[^\n]*?(?:\1|\Z)")

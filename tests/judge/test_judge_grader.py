@@ -13,7 +13,6 @@ from app.graders.judge import (
     EXTRA_BODY,
     JudgeUnavailable,
     grade_task,
-    judge_available,
     judge_problem,
     require_judge_for,
 )
@@ -208,7 +207,7 @@ def test_default_model_and_base_url_from_settings(fake, judge_settings):
 
 def test_no_judge_configured(fake, judge_settings):
     settings = judge_settings()
-    assert not judge_available(GradeOptions(), settings)
+    assert judge_problem(GradeOptions(), settings) is not None
     assert "no judge model" in (judge_problem(GradeOptions(), settings) or "")
     result = grade_task(TASK, RESPONSE, GradeOptions(), settings)
     assert result.outcome is Outcome.invalid_request and fake.requests == []
@@ -217,7 +216,7 @@ def test_no_judge_configured(fake, judge_settings):
 def test_missing_key_env_makes_the_judge_unavailable(fake, judge_settings, monkeypatch):
     settings = judge_settings()
     monkeypatch.delenv(KEY_ENV)
-    assert not judge_available(options(fake), settings)
+    assert judge_problem(options(fake), settings) is not None
     result = grade_task(TASK, RESPONSE, options(fake), settings)
     assert result.outcome is Outcome.invalid_request and "API key" in result.explanation
     assert fake.requests == []

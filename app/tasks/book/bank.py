@@ -231,8 +231,8 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
 
 # ---- (de)serialisation for the cache ------------------------------------------------------------
 # Questions in one section share most of their context, so texts are stored as lists of indices
-# into one table of distinct paragraphs: the entry is about a third of the size, and decoding it
-# (the whole cost of a cache hit) about three times faster.
+# into one table of distinct paragraphs: the entry is under half the size of plain JSON, and
+# decoding it (the whole cost of a cache hit) about 1.2 times faster, a fraction of a millisecond.
 
 
 class _Paragraphs:
