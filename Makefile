@@ -12,7 +12,7 @@ ifneq ($(BOOK_MIRROR_DIR),)
 export SCALING_GRADER_BOOK_MIRROR ?= $(abspath $(BOOK_MIRROR_DIR))
 endif
 
-.PHONY: serve test lint bench bench-smoke system-deps check-dashboards clean
+.PHONY: serve test test-fast typecheck lint bench bench-smoke system-deps check-dashboards clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,7 @@ serve: $(VENV)/.serve
 
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 	$(BIN)/python -m bench --smoke
 
@@ -59,6 +60,15 @@ check-dashboards: $(VENV)/.test
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	  else echo "promtool is missing: install Debian's prometheus package"; exit 1; fi; }
 	$(BIN)/pytest -q tests/deploy/test_dashboards.py
+
+# The quick loop while editing: everything but the tests marked slow (real workers, servers,
+# sandboxes under attack); under a minute.
+test-fast: system-deps $(VENV)/.test
+	$(BIN)/pytest -q -m "not slow"
+
+# mypy over app, worker and bench (strict on the grading core and the graders; see pyproject.toml).
+typecheck: $(VENV)/.test
+	$(BIN)/mypy
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .

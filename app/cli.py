@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
+from app.commands import (
+    audit,
+    book,
+    coverage,
+    exam_summary,
+    export,
+    impl,
+    judge_check,
+    serve,
+    tasks,
+    tenant_key,
+    worker,
+)
+from app.commands import eval as eval_command
+from app.settings import UnknownSettingError
+
 # One module per subcommand (or family of subcommands), each with register(subparsers).
-COMMAND_MODULES = [
-    "app.commands.serve",
-    "app.commands.tasks",
-    "app.commands.worker",
-    "app.commands.tenant_key",
-    "app.commands.coverage",
-    "app.commands.book",
-    "app.commands.export_bank",  # `export`: every split (the tasks split through app.tasks.rows.export)
-    "app.commands.judge_check",
-    "app.commands.exam",
-    "app.commands.eval",
-    "app.commands.impl",
-    "app.commands.audit",
-]
+COMMAND_MODULES = [serve, tasks, worker, tenant_key, coverage, book, export, judge_check, exam_summary,
+                   eval_command, impl, audit]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,16 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="scaling-grader", description="Grading service for RL and evaluation on the JAX scaling book."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for module in COMMAND_MODULES:
+        module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pydantic import ValidationError
-
-    from app.settings import UnknownSettingError
-
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

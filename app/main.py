@@ -13,15 +13,28 @@ from app.api import coverage, grade, health, jobs, rewards, status, tasks
 from app.api.auth import TenantMiddleware
 from app.api.docs import install_offline_docs
 from app.api.errors import document_error_bodies, install_error_handlers
+from app.api.openapi_docs import document_limits, document_refusals
 from app.api.routing import UnprefixedTwins, document_twins, install_not_found_hints
-from app.api.schemas import document_limits, document_refusals
-from app.grading import GradingService
+from app.graders.impl import sandbox_status
+from app.grading.service import GradingService
+from app.jobs.base import JobBackend
+from app.jobs.embedded import EmbeddedJobs
 from app.jobs.queue_metrics import watch_queues
+from app.jobs.redis_jobs import RedisJobs
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
 from app.settings import Settings, get_settings
 from app.tasks.registry import get_bank
 from app.tenants import load_tenants
+from worker.jobs import grade_job
+
+
+def job_backend(settings: Settings) -> JobBackend:
+    """Queued grading on Redis, run by the workers' ``grade_job``, when Redis is configured;
+    otherwise threads of this process."""
+    if settings.redis_url:
+        return RedisJobs(settings, grade_job)
+    return EmbeddedJobs(settings)
 
 
 def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, Callable[[], Any]]:
@@ -30,8 +43,6 @@ def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, 
         return True, {"families": len(bank.info()["families"])}
 
     def sandbox() -> tuple[bool, Any]:
-        from app.graders.impl import sandbox_status
-
         status = sandbox_status(settings)  # the first call probes the tiers once
         return bool(status.get("ok")), {k: v for k, v in status.items() if k != "ok"}
 
@@ -68,7 +79,7 @@ def _document_hand_parsed_bodies(app: FastAPI, settings: Settings) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     tenants = load_tenants(settings.tenants_file) if settings.tenants_file else None
-    grading = GradingService(settings)
+    grading = GradingService(settings, job_backend(settings))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

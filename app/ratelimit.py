@@ -10,7 +10,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from app.jobs.redis_jobs import REDIS_ERRORS
+from app.redis_link import REDIS_ERRORS
 
 # KEYS[1] bucket; ARGV rate, burst. Uses the server's clock, so replicas agree.
 _TOKEN_BUCKET = """

@@ -85,7 +85,7 @@ class JudgeSettings(BaseModel):
 
 
 class SandboxSettings(BaseModel):
-    """Isolation and limits for impl grading (app/graders/sandbox). Tests shorten the limits."""
+    """Isolation and limits for impl grading (app/sandbox). Tests shorten the limits."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import openai
 
-from app.graders.dispatch import GradeOptions, JudgeSpec
 from app.graders.judge import grade_task
 from app.graders.judge_prompt import build_messages
+from app.graders.options import GradeOptions, JudgeSpec
 from app.settings import JudgeSettings, Settings
 from app.tasks.base import Task
+from app.tasks.exam import source
 from app.tasks.exam.bank import build_tasks
 from app.tasks.exam.source import BOOK_COMMIT, CHAPTER_SHA256
 
@@ -99,8 +100,6 @@ def bench_bank(repeats: int) -> None:
         for c in chapters:
             hashlib.sha256((mirror / f"{c}.md").read_bytes()).hexdigest()
     baseline = (time.perf_counter() - start) / repeats
-
-    from app.tasks.exam import source
 
     start = time.perf_counter()
     for _ in range(repeats):

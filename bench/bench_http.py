@@ -8,8 +8,12 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 
+import httpx
+
+from app.tasks.synthetic.bank import SyntheticBank
 from bench.loadgen import request_bytes, run_load
 from bench.timing import percentile
 from tests.support.server import ROOT, free_port, wait_until_up
@@ -34,10 +38,6 @@ def uvicorn_server(target: list[str]):
 
 
 def _wait_bare(url: str, process: subprocess.Popen) -> None:
-    import time
-
-    import httpx
-
     for _ in range(300):
         try:
             httpx.post(url + "/v1/grade", timeout=1)
@@ -48,8 +48,6 @@ def _wait_bare(url: str, process: subprocess.Popen) -> None:
 
 
 def _grade_request(port: int):
-    from app.tasks.synthetic.bank import SyntheticBank
-
     bank = SyntheticBank()
     tasks = bank.batch(seed=1, n=64)
     bodies = [

@@ -20,10 +20,12 @@ import time
 import httpx
 
 from app.graders.impl_verdict import assess
-from app.graders.sandbox.executor import CaseRun
-from app.graders.sandbox.launch import Child, read_messages
+from app.sandbox.executor import CaseRun
+from app.sandbox.launch import Child, read_messages
 from app.settings import SandboxSettings
+from app.tasks.impl import reference
 from app.tasks.impl.spec import Case
+from app.tasks.synthetic.bank import SyntheticBank
 from bench.loadgen import request_bytes, run_load
 from bench.timing import percentile
 from tests.support.redis_server import RedisServer
@@ -35,14 +37,10 @@ ENV = {"SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "2", "SCALING_GRADER_QUEUE__DEF
 
 
 def _impl_completion() -> str:
-    from app.tasks.impl import reference
-
     return "```python\n" + inspect.getsource(getattr(reference, EXERCISE)) + "\n```"
 
 
 def _numeric_bodies() -> list[dict]:
-    from app.tasks.synthetic.bank import SyntheticBank
-
     return [{"task_id": t.id, "completion": "Final answer: " + ", ".join(t.gold)}
             for t in SyntheticBank().batch(seed=4, n=48)]
 

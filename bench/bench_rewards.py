@@ -14,17 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
+from app.tasks.synthetic.bank import SyntheticBank
 from bench.bench_http import uvicorn_server
 from bench.loadgen import request_bytes, run_load
 from bench.timing import percentile
+from scaling_book.client import GraderClient
 
 CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def _items(n: int) -> tuple[list[dict], list[str], list[str], list[str]]:
-    from app.tasks.synthetic.bank import SyntheticBank
-
     tasks = SyntheticBank().batch(seed=9, n=n)
     items, prompts, queries, labels = [], [], [], []
     for i, t in enumerate(tasks):
@@ -81,14 +82,12 @@ def openrlhf_single_rollouts(smoke: bool) -> None:
 
 
 def main(smoke: bool) -> None:
-    from scaling_book.client import GraderClient
-
     batch = 64 if smoke else 256
     seconds = 1.0 if smoke else 9.0
     rounds = 1 if smoke else 3
     items, prompts, queries, labels = _items(batch)
     with uvicorn_server(["--factory", "app.main:create_app"]) as port:
-        bodies = {"/v1/grade/batch": {"items": items}, "/v1/rewards": {"items": items},
+        bodies: dict[str, dict[str, Any]] = {"/v1/grade/batch": {"items": items}, "/v1/rewards": {"items": items},
                   "/get_reward": {"query": queries, "prompts": prompts, "labels": labels}}
         # Interleaved rounds, best of each: the machine is shared, and a slow spell should not
         # land on one endpoint only.

@@ -12,7 +12,7 @@ import random
 import time
 
 from app.graders.rows import grade_rows
-from app.tasks.rows.bank import build_tasks
+from app.tasks.tasks.bank import build_tasks
 
 REASONING = (
     "The matmul reads both inputs and writes the output once, so bytes = 2(BD + DF + BF); "

@@ -17,7 +17,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from app.graders.sandbox import get_sandbox
+from app.sandbox import get_sandbox
 from app.settings import SandboxSettings
 from app.tasks.impl import reference
 

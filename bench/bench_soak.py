@@ -67,8 +67,8 @@ def rss_bytes(pid: int) -> int:
 
 class Mix:
     def __init__(self, url: str, seed: int) -> None:
-        from app.tasks.rows.bank import build_tasks
         from app.tasks.synthetic.bank import SyntheticBank
+        from app.tasks.tasks.bank import build_tasks
 
         self.url = url
         self.rng = random.Random(seed)

@@ -4,12 +4,11 @@ any generator of text tasks must do."""
 
 from __future__ import annotations
 
+from app.tasks.synthetic.bank import generate
 from bench.timing import per_call_seconds
 
 
 def main(smoke: bool) -> None:
-    from app.tasks.synthetic.bank import generate
-
     n = 2_000 if smoke else 50_000
     counter = iter(range(10**12))
 

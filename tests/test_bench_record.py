@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.record import render_section, update_page
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,6 +25,7 @@ def test_sections_are_replaced_not_appended(tmp_path: Path) -> None:
     assert text.index("bench:bench_a") < text.index("bench:bench_b")
 
 
+@pytest.mark.slow
 def test_record_writes_what_the_benchmark_printed(tmp_path: Path) -> None:
     page = tmp_path / "benchmarks.md"
     proc = subprocess.run(

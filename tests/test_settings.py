@@ -53,6 +53,7 @@ def test_misspelt_nested_variable_is_not_silently_ignored(monkeypatch: pytest.Mo
         Settings()
 
 
+@pytest.mark.slow
 def test_the_service_refuses_to_start_and_names_the_variable() -> None:
     env = {**os.environ, "SCALING_GRADER_QUEUE__RETRYS": "hunter2-value"}
     proc = subprocess.run(

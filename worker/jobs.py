@@ -6,8 +6,8 @@ from typing import Any
 
 from rq import get_current_job
 
+from app.grading.service import GradingService
 from app.jobs import keys
-from app.jobs.execute import run_payload
 from app.jobs.grade_log import count_grade
 from app.settings import get_settings
 
@@ -18,7 +18,7 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     settings = get_settings()
     job = get_current_job()
     attempt = int(job.connection.incr(keys.attempts(job.id))) if job is not None else 1
-    result = run_payload(payload, settings)
+    result = GradingService(settings).run_job(payload)
     result.details["attempt"] = attempt  # >1 when a worker died holding this job and it was re-run
     if job is not None:
         result.job_id = job.id

@@ -18,8 +18,9 @@ from rq.serializers import JSONSerializer
 from rq.timeouts import UnixSignalDeathPenalty
 from rq.worker import WorkerStatus
 
-from app.jobs.redis_jobs import sync_connection
+from app.graders.impl import sandbox_status
 from app.jobs.worker_registry import record_sandbox_tier
+from app.redis_link import sync_connection
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,6 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
 def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None) -> int:
     worker = build_worker(settings, queues, name)
     if "impl" in queues:
-        from app.graders.impl import sandbox_status
-
         # Probe the isolation tiers and start the warm pool before taking the first job.
         status = sandbox_status(settings)
         log.info("sandbox: %s", status)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from app.api.deps import SettingsDep
-from app.api.errors import ApiError
+from app.errors import ApiError
 from app.tasks.coverage import compute_coverage
 from app.tasks.registry import split_names
 

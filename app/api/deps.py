@@ -1,17 +1,37 @@
-"""Shared dependencies as Annotated aliases."""
+"""What routes get from the application, typed: the settings and the grading service.
+
+FastAPI routes take them as ``Annotated`` dependencies (``SettingsDep``, ``GradingDep``); the plain
+Starlette routes of the hot path (grade.py, rewards.py) call ``settings_of`` and ``grading_of``."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
+from app.grading.service import GradingService
 from app.settings import Settings
+
+
+def settings_of(request: HTTPConnection) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def grading_of(request: HTTPConnection) -> GradingService:
+    grading: GradingService = request.app.state.grading
+    return grading
 
 
 # async: a plain def dependency hops to the threadpool on every request.
 async def get_app_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    return settings_of(request)
+
+
+async def get_grading(request: Request) -> GradingService:
+    return grading_of(request)
 
 
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+GradingDep = Annotated[GradingService, Depends(get_grading)]

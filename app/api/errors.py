@@ -7,19 +7,25 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import ApiError
 from app.tasks.book.source import BookSourceError
 
-__all__ = ["ApiError", "describe_validation_errors", "document_error_bodies", "error_response",
-           "install_error_handlers"]
 log = logging.getLogger(__name__)
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: str
+    kind: Literal["error"] = "error"
 
 
 def error_response(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -39,19 +45,19 @@ def _location(loc: tuple[object, ...], located: bool) -> str:
     return ".".join(_SAFE_PART.sub("?", str(p)) if isinstance(p, str) else str(p) for p in loc) or "body"
 
 
-def describe_validation_errors(errors: list[dict[str, object]], *, located: bool = True) -> tuple[int, str, str]:
+def describe_validation_errors(errors: Sequence[Mapping[str, Any]], *, located: bool = True) -> tuple[int, str, str]:
     """(status, error, detail) for pydantic errors; ``located`` when FastAPI prefixed the
     locations with "body", "query" or "path"."""
     first = errors[0] if errors else {}
     kind = str(first.get("type", ""))
     if kind == "json_invalid":
         return 400, "malformed_json", "the request body is not valid JSON (UTF-8)"
-    if kind == "missing" and tuple(first.get("loc", ())) == ("body",):  # type: ignore[arg-type]
+    if kind == "missing" and tuple(first.get("loc", ())) == ("body",):
         return 400, "missing_body", "a JSON body is required"
     messages = []
     for e in errors[:5]:
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        messages.append(f"{_location(tuple(e.get('loc', ())), located)}: {msg}")  # type: ignore[arg-type]
+        messages.append(f"{_location(tuple(e.get('loc', ())), located)}: {msg}")
     more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
     return 422, "invalid_request", "; ".join(messages)[:500] + more
 
@@ -89,8 +95,6 @@ def install_error_handlers(app: FastAPI) -> None:
 def document_error_bodies(schema: dict[str, Any]) -> None:
     """Make the OpenAPI say what clients really get on a refusal: FastAPI documents its default
     422 body (a list of errors echoing the input), but every error here is {error, detail}."""
-    from app.api.schemas import ErrorBody
-
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["ErrorBody"] = ErrorBody.model_json_schema()
     body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}

@@ -15,11 +15,11 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from app.api.auth import tenant_of
-from app.api.errors import ApiError
+from app.api.deps import grading_of, settings_of
 from app.api.plain import NamedRoute, OperationDocs, parse_body
-from app.api.schemas import GradeBatchRequest, GradeRequest
-from app.errors import JobPending
+from app.errors import ApiError, JobPending
 from app.graders.result import GradeResult
+from app.grading.models import GradeBatchRequest, GradeRequest
 
 PREFIX = "/v1"
 def _json(payload: str) -> Response:
@@ -33,7 +33,7 @@ def pending_json(pending: JobPending) -> str:
 async def grade(request: Request) -> Response:
     body = await parse_body(request, GradeRequest)
     try:
-        result = await request.app.state.grading.grade(body, tenant_of(request))
+        result = await grading_of(request).grade(body, tenant_of(request))
     except JobPending as pending:
         return Response(pending_json(pending), status_code=202, media_type="application/json")
     return _json(result.model_dump_json())
@@ -41,10 +41,10 @@ async def grade(request: Request) -> Response:
 
 async def grade_batch(request: Request) -> Response:
     batch = await parse_body(request, GradeBatchRequest)
-    limit = request.app.state.settings.limits.max_grades_per_batch
+    limit = settings_of(request).limits.max_grades_per_batch
     if len(batch.items) > limit:
         raise ApiError(422, "invalid_request", f"at most {limit} items per batch")
-    results = await request.app.state.grading.grade_many(batch.items, tenant_of(request))
+    results = await grading_of(request).grade_many(batch.items, tenant_of(request))
     parts = [pending_json(r) if isinstance(r, JobPending) else r.model_dump_json() for r in results]
     return _json('{"results":[' + ",".join(parts) + "]}")
 

@@ -10,8 +10,10 @@ from typing import Any, TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.routing import Match, Route
+from starlette.types import Scope
 
-from app.api.errors import ApiError, describe_validation_errors
+from app.api.errors import describe_validation_errors
+from app.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -29,7 +31,7 @@ class NamedRoute(Route):
     """A plain route that puts itself in the scope, as FastAPI's routes do: the metrics label a
     request by ``scope["route"].path``, and without it these requests counted as unmatched."""
 
-    def matches(self, scope: dict[str, Any]) -> tuple[Match, dict[str, Any]]:
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
         match, child_scope = super().matches(scope)
         if match is not Match.NONE:
             child_scope["route"] = self

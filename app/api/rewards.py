@@ -19,14 +19,15 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.auth import tenant_of
-from app.api.errors import ApiError
+from app.api.deps import grading_of, settings_of
+from app.api.openrlhf import response_from_query
 from app.api.plain import NamedRoute, OperationDocs, parse_body
-from app.api.schemas import Completion, GradeBatchRequest, GradeRequest
-from app.graders.dispatch import JudgeSpec
+from app.errors import ApiError
+from app.graders.options import JudgeSpec
 from app.graders.result import GradeResult, Outcome
-from app.integrations.grading import grade_labelled_with, grade_leniently
-from app.integrations.labels import UNSCORED_REASONS, in_order, pending, requests_for, unscored, unscored_reason
-from app.integrations.openrlhf import response_from_query
+from app.grading.labels import UNSCORED_REASONS, in_order, pending, requests_for, unscored, unscored_reason
+from app.grading.lenient import grade_labelled_with, grade_leniently
+from app.grading.models import Completion, GradeBatchRequest, GradeRequest
 
 
 class RewardsResponse(BaseModel):
@@ -78,7 +79,7 @@ class LabelledResponse(BaseModel):
 
 
 def _check_size(request: Request, n: int) -> None:
-    limit = request.app.state.settings.limits.max_grades_per_batch
+    limit = settings_of(request).limits.max_grades_per_batch
     if n > limit:
         raise ApiError(422, "invalid_request", f"at most {limit} items per request")
 
@@ -88,7 +89,7 @@ def _json(payload: object) -> Response:
 
 
 async def _grade(request: Request, items: list[GradeRequest], *, per_item_judge: bool = False) -> list[GradeResult]:
-    return await grade_leniently(request.app.state.grading, items, tenant_of(request), per_item_judge=per_item_judge)
+    return await grade_leniently(grading_of(request), items, tenant_of(request), per_item_judge=per_item_judge)
 
 
 async def rewards(request: Request) -> Response:
@@ -134,7 +135,7 @@ async def grade_labelled(request: Request) -> Response:
     body = await parse_body(request, LabelledRequest)
     _check_size(request, len(body.items))
     results = await grade_labelled_with(
-        request.app.state.grading, [i.label for i in body.items], [i.completion for i in body.items],
+        grading_of(request), [i.label for i in body.items], [i.completion for i in body.items],
         tenant_of(request), tolerance=body.tolerance, all_or_nothing=body.all_or_nothing,
         partial_credit=body.partial_credit, judge=body.judge)
     return Response(content='{"results":[' + ",".join(r.model_dump_json() for r in results) + "]}",

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from app.api.deps import SettingsDep
-from app.api.errors import ApiError
+from app.errors import ApiError
 from app.tasks.base import UnknownTask, parse_chapters
 from app.tasks.book.source import BookSourceError
 from app.tasks.registry import UnknownSplit, get_bank, resolve_task, split_names

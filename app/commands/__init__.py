@@ -4,17 +4,14 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from app.tasks.base import Bank
+from app.settings import get_settings
+from app.tasks.base import Bank
+from app.tasks.registry import UnknownSplit, get_bank, split_names
 
 
 def bank_or_complain(split: str, command: str) -> Bank | None:
     """The split's bank, or None after telling the user the split is unknown (exit code 2)."""
-    from app.settings import get_settings
-    from app.tasks.registry import UnknownSplit, get_bank, split_names
-
     try:
         return get_bank(split, get_settings())
     except UnknownSplit:

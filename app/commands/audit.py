@@ -7,8 +7,8 @@ import argparse
 import json
 import sys
 
+from app.commands.audit_keys import AUDITS, audit
 from app.settings import get_settings
-from app.tasks.audit import AUDITS, audit
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

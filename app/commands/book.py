@@ -7,6 +7,7 @@ import argparse
 import json
 
 from app.settings import get_settings
+from app.tasks.book.bank import load_bank, parse_bank, summary
 from app.tasks.book.source import BookSourceError
 
 
@@ -38,8 +39,6 @@ def render(s: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.tasks.book.bank import load_bank, parse_bank, summary
-
     settings = get_settings()
     try:
         bank = parse_bank(settings) if args.refresh else load_bank(settings)

@@ -15,6 +15,17 @@ import re
 import sys
 from pathlib import Path
 
+from app.evaluation.progress import progress_bar
+from app.evaluation.report import write_report
+from app.evaluation.runner import EvalConfig, run_rollouts
+from app.graders.judge import judge_problem
+from app.graders.options import GradeOptions, JudgeSpec
+from app.integrations.grading import judge_settings
+from app.settings import Settings
+from app.tasks.base import UnknownTask
+from app.tasks.registry import UnknownSplit
+from scaling_book.tasks import chapter_list, public_tasks
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help="evaluate a model on a split through an OpenAI-compatible endpoint")
@@ -53,11 +64,6 @@ def default_out_dir(model: str, split: str) -> Path:
 def _no_judge_for(tasks: list[dict], args: argparse.Namespace) -> str | None:
     """Why in-process grading could not judge the judge-graded tasks, found before any sampling
     (a service applies its own judge settings, so it is not second-guessed here)."""
-    from app.graders.dispatch import GradeOptions, JudgeSpec
-    from app.graders.judge import judge_problem
-    from app.integrations.grading import judge_settings
-    from app.settings import Settings
-
     judged = sum(t["grading"] == "judge" for t in tasks)
     if not judged or args.service_url:
         return None
@@ -71,13 +77,6 @@ def _no_judge_for(tasks: list[dict], args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.evaluation.progress import progress_bar
-    from app.evaluation.report import write_report
-    from app.evaluation.runner import EvalConfig, run_rollouts
-    from app.tasks.base import UnknownTask
-    from app.tasks.registry import UnknownSplit
-    from scaling_book.tasks import chapter_list, public_tasks
-
     if args.num_tasks < 0 or args.rollouts < 1 or args.concurrency < 1:
         print("-n must be >= 0 (0: the whole split), -r and -c positive", file=sys.stderr)
         return 2
@@ -93,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
     if not tasks:
         print("no tasks match", file=sys.stderr)
         return 2
-    if problem := _no_judge_for(tasks, args):
-        print(problem, file=sys.stderr)
+    if no_judge := _no_judge_for(tasks, args):
+        print(no_judge, file=sys.stderr)
         return 2
     config = EvalConfig(
         model=args.model, base_url=args.base_url, api_key_var=args.api_key_var, rollouts=args.rollouts,

@@ -13,12 +13,15 @@ import inspect
 import json
 import sys
 
+from app.graders.impl import grade_source, sandbox_status
+from app.graders.impl_cases import case_seed, draw_cases, random_case_seed
+from app.graders.impl_source import extract_code
 from app.settings import get_settings
+from app.tasks.impl import reference
+from app.tasks.impl.exercises import ALL, BY_NAME
 
 
 def _exercises(args: argparse.Namespace) -> int:
-    from app.tasks.impl.exercises import ALL
-
     print("| task id | chapter | hidden cases | JAX | entry point |")
     print("|---|---|---|---|---|")
     for e in ALL:
@@ -29,19 +32,12 @@ def _exercises(args: argparse.Namespace) -> int:
 
 
 def _sandbox(args: argparse.Namespace) -> int:
-    from app.graders.impl import sandbox_status
-
     status = sandbox_status(get_settings())
     print(json.dumps(status, indent=2))
     return 0 if status["ok"] else 1
 
 
 def _check(args: argparse.Namespace) -> int:
-    from app.graders.impl import grade_source
-    from app.graders.impl_cases import random_case_seed
-    from app.tasks.impl import reference
-    from app.tasks.impl.exercises import ALL
-
     settings = get_settings()
     failed = 0
     for e in ALL:
@@ -54,15 +50,10 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from app.graders.impl import grade_source
-    from app.graders.impl_cases import case_seed, draw_cases
-    from app.graders.impl_source import extract_code
-    from app.tasks.impl.exercises import get_exercise
-
     settings = get_settings()
     task_id = args.task if args.task.startswith("impl/") else f"impl/{args.task}"
     try:
-        exercise = get_exercise(task_id.removeprefix("impl/"))
+        exercise = BY_NAME[task_id.removeprefix("impl/")]
         cases = draw_cases(exercise, args.seed, settings)
     except (LookupError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -11,9 +11,9 @@ import argparse
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import cast
 
-from app.graders.dispatch import GradeOptions, JudgeSpec
+from app.commands import bank_or_complain
 from app.graders.judge import (
     JudgeCallFailed,
     JudgeReply,
@@ -23,11 +23,10 @@ from app.graders.judge import (
     normalise_base_url,
     resolve_judge,
 )
+from app.graders.options import GradeOptions, JudgeSpec
 from app.graders.result import Outcome
-
-if TYPE_CHECKING:
-    from app.settings import Settings
-    from app.tasks.base import Task
+from app.settings import Settings, get_settings
+from app.tasks.base import Task
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -146,9 +145,6 @@ def run_check(settings: Settings, tasks: list[Task], *, model: str, base_url: st
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.commands import bank_or_complain
-    from app.settings import get_settings
-
     try:
         base_url = normalise_base_url(args.base_url)
     except Exception as exc:
@@ -180,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  no verdict or judge errors:  {report['errors']} {report['error_outcomes'] or ''}".rstrip())
     print(f"  agreement: {report['agreement']:.1%} of {report['scored']} scored cases")
     if args.verbose:
-        for task_id, expected in report["disagreements"]:  # type: ignore[union-attr]
+        for task_id, expected in cast("list[tuple[str, bool]]", report["disagreements"]):
             print(f"    disagree: {task_id} (expected {'yes' if expected else 'no'})")
     if report["scored"] == 0:
         return 2

@@ -7,6 +7,10 @@ import ipaddress
 import os
 import sys
 
+import uvicorn
+
+from app.settings import get_settings
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="run the HTTP API")
@@ -27,10 +31,6 @@ def is_loopback(host: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from app.settings import get_settings
-
     # Flags become settings so that every uvicorn worker process builds the same app.
     if args.host:
         os.environ["SCALING_GRADER_HOST"] = args.host

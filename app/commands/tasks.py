@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 
-# Further ``tasks <verb>`` subcommands: "module:function(tasks_subparsers)".
-TASKS_SUBCOMMANDS: list[str] = ["app.commands.tasks_verify:add_verify"]
+from app.commands import bank_or_complain
+from app.commands.tasks_verify import add_verify
+from app.tasks.base import parse_chapters
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,17 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--chapters", help="comma-separated chapter filter")
     p.set_defaults(func=run)
-    if TASKS_SUBCOMMANDS:
-        verbs = p.add_subparsers(dest="tasks_command")
-        for entry in TASKS_SUBCOMMANDS:
-            module_name, func_name = entry.split(":")
-            getattr(importlib.import_module(module_name), func_name)(verbs)
+    add_verify(p.add_subparsers(dest="tasks_command"))
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.commands import bank_or_complain
-    from app.tasks.base import parse_chapters
-
     if args.n < 1 or args.seed < 0 or args.offset < 0:
         print("n must be positive; seed and offset non-negative", file=sys.stderr)
         return 2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from app.tenants import new_key
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("tenant-key", help="make an API key and its SHA-256 digest")
@@ -11,8 +13,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.tenants import new_key
-
     key, digest = new_key()
     print(f"key (give to the tenant):       {key}")
     print(f"key_sha256 (tenants file):      {digest}")

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from prometheus_client import start_http_server
+
+from app.observability import REGISTRY
+from app.settings import get_settings
+from worker.main import run as run_worker
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("worker", help="run an RQ worker (needs SCALING_GRADER_REDIS_URL)")
@@ -16,15 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.settings import get_settings
-    from worker.main import run as run_worker
-
     queues = tuple(q for q in args.queues.split(",") if q)
     if args.metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        from app.observability import REGISTRY
-
         # Grades run here, not in the API: scrape each worker for its grade counts and latencies.
         start_http_server(args.metrics_port, addr=args.metrics_host, registry=REGISTRY)
     return run_worker(get_settings(), queues, burst=args.burst, name=args.name)

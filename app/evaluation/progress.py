@@ -47,7 +47,7 @@ class PlainBar:
 def progress_bar(total: int, desc: str, enabled: bool = True) -> Progress:
     if enabled:
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # optional (the eval extra): a plain bar without it
 
             return tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
         except ImportError:

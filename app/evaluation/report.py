@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from app.tasks.book.source import CHAPTERS
+
 GROUPS = ("split", "chapter", "grading")
 
 
@@ -74,8 +76,6 @@ def markdown(summary: dict[str, Any]) -> str:
 def chapter_rows(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
     """(chapter, its stats or None) for every chapter of the book in reading order, then any
     other group (tasks without a chapter): a chapter the run never scored stays visible."""
-    from app.tasks.book.source import CHAPTERS
-
     by_chapter = summary["by_chapter"]
     rows: list[tuple[str, dict[str, Any] | None]] = [(c, by_chapter.get(c)) for c in CHAPTERS]
     rows += [(name, stats) for name, stats in by_chapter.items() if name not in CHAPTERS]
@@ -83,7 +83,7 @@ def chapter_rows(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any] | No
 
 
 def accuracy_figure(summary: dict[str, Any]) -> Any:
-    import matplotlib
+    import matplotlib  # optional (the eval extra), and slow to import: only when a plot is written
 
     matplotlib.use("Agg")  # files only: no display on a training node
     import matplotlib.pyplot as plt

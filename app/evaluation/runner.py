@@ -8,7 +8,7 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.errors import ApiError
 from app.evaluation.progress import Progress
@@ -16,6 +16,9 @@ from app.integrations.grading import judge_settings
 from scaling_book.client import AsyncGraderClient, GraderError
 from scaling_book.grading import grade_labelled_async
 from scaling_book.tasks import SYSTEM_PROMPT
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ def _usage(response: Any) -> dict[str, int]:
 
 async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
     """One record per (task, rollout), in task order then rollout order."""
+    # openai takes a second or more to import, and every CLI start imports this module.
     from openai import AsyncOpenAI, OpenAIError
 
     llm = AsyncOpenAI(base_url=config.base_url, api_key=os.environ.get(config.api_key_var) or "EMPTY",
@@ -69,7 +73,9 @@ async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress
             "task_id": task["id"], "split": task["split"], "chapter": task.get("chapter"),
             "grading": task["grading"], "rollout": rollout, "model": config.model,
         }
-        messages = [{"role": "system", "content": config.system_prompt}, {"role": "user", "content": task["prompt"]}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": config.system_prompt}, {"role": "user", "content": task["prompt"]},
+        ]
         start = time.perf_counter()
         async with gate:
             try:

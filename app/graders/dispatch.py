@@ -4,57 +4,32 @@ turns an unexpected exception into an unscored ``error`` outcome, never a reward
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
-
+from app.graders import impl, judge, numeric, rows
+from app.graders.options import GradeOptions
 from app.graders.result import GradeResult, Outcome
-
-if TYPE_CHECKING:
-    from app.settings import Settings
-    from app.tasks.base import Task
+from app.settings import Settings
+from app.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
 
-class JudgeSpec(BaseModel):
-    model: str = Field(min_length=1, max_length=200)
-    base_url: str | None = Field(None, max_length=500)
-
-
-class GradeOptions(BaseModel):
-    """Per-request knobs. JSON-safe, so they travel unchanged to a queue worker."""
-
-    tolerance: float | None = Field(None, gt=0, lt=1, description="relative tolerance override")
-    all_or_nothing: bool = Field(False, description="impl: reward 1 only if every case passes")
-    partial_credit: bool = Field(False, description="rows: reward the fraction of rows right")
-    judge: JudgeSpec | None = None
-
-
-# kind -> "module:function"; imported on first use so the numeric path never loads the sandbox.
-GRADERS: dict[str, str] = {
-    "numeric": "app.graders.numeric:grade_task",
-    "rows": "app.graders.rows:grade_task",
-    "judge": "app.graders.judge:grade_task",
-    "impl": "app.graders.impl:grade_task",
+GraderFn = Callable[[Task, str, GradeOptions, Settings], GradeResult]
+GRADERS: dict[str, GraderFn] = {
+    "numeric": numeric.grade_task,
+    "rows": rows.grade_task,
+    "judge": judge.grade_task,
+    "impl": impl.grade_task,
 }
-
-GraderFn = Callable[["Task", str, GradeOptions, "Settings"], GradeResult]
-_loaded: dict[str, GraderFn] = {}
 
 
 def grader_for(kind: str) -> GraderFn:
-    fn = _loaded.get(kind)
-    if fn is None:
-        if kind not in GRADERS:
-            raise LookupError(f"no grader for kind {kind!r}")
-        module_name, func_name = GRADERS[kind].split(":")
-        fn = getattr(importlib.import_module(module_name), func_name)
-        _loaded[kind] = fn
-    return fn
+    try:
+        return GRADERS[kind]
+    except KeyError:
+        raise LookupError(f"no grader for kind {kind!r}") from None
 
 
 def grade(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:

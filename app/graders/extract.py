@@ -9,14 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
-_FENCE = re.compile(r"(```|~~~).*?(?:\1|\Z)", re.DOTALL)
+from app.graders.completion import prose, strip_thinking
+
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _FINAL = re.compile(r"final\s+answer\s*(?:\*\*|__)?\s*[:：]", re.IGNORECASE)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-# An unclosed comment hides everything after it when rendered, so it runs to the end.
-_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 # Struck-through text is a retraction: Markdown ~~...~~, HTML <s>/<del>/<strike>, LaTeX \sout{}.
 _STRUCK = re.compile(
     r"~~(?=\S)[^~\n]*?~~|\\(?:sout|st|xout|cancel|bcancel|xcancel)\s*\{[^{}]*\}", re.IGNORECASE
@@ -48,49 +45,8 @@ class Extraction:
     source: str  # "final_line" or "boxed"
 
 
-def _drop_closed_blocks(text: str) -> str:
-    """Each ``<think>...</think>`` replaced by a space. Hand-rolled rather than a lazy regex:
-    ``<think>.*?</think>`` rescans to the end from every unclosed ``<think>``, so a completion
-    of repeated openers took seconds (quadratic); this is one pass."""
-    parts: list[str] = []
-    pos = 0
-    while (opened := _THINK_OPEN.search(text, pos)) is not None:
-        closed = _THINK_CLOSE.search(text, opened.end())
-        if closed is None:  # no later opener can close either
-            break
-        parts.append(text[pos : opened.start()])
-        parts.append(" ")
-        pos = closed.end()
-    parts.append(text[pos:])
-    return "".join(parts)
-
-
-def _last_close(text: str) -> re.Match[str] | None:
-    closes = list(_THINK_CLOSE.finditer(text))
-    return closes[-1] if closes else None
-
-
-def strip_hidden(text: str) -> str:
-    """HTML comments dropped: a reader of the rendered answer never sees them."""
-    return _HTML_COMMENT.sub(" ", text) if "<!--" in text else text
-
-
-def strip_thinking(completion: str) -> str:
-    """The completion without its reasoning trace and hidden comments; empty if the thinking
-    never finished."""
-    text = strip_hidden(_drop_closed_blocks(completion))
-    close = _last_close(text)
-    if close is not None:
-        return text[close.end() :]
-    if _THINK_OPEN.search(text):  # thinking never finished: no committed answer
-        return ""
-    return text
-
-
 def strip_non_answers(completion: str) -> str:
-    text = strip_thinking(completion)
-    text = _FENCE.sub(" ", text)
-    text = _INLINE_CODE.sub(" ", text)
+    text = _INLINE_CODE.sub(" ", prose(strip_thinking(completion)))
     return _STRUCK.sub(" ", _drop_struck_tags(text))
 
 

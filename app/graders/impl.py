@@ -22,12 +22,11 @@ from app.graders.impl_jax import TrustedCheckFailed, established_shardings, meet
 from app.graders.impl_source import denied_imports, extract_code
 from app.graders.impl_verdict import NOTHING, CaseVerdict, Reason, assess
 from app.graders.result import GradeResult, Outcome
-from app.graders.sandbox import get_sandbox
-from app.tasks.impl.exercises import get_exercise
+from app.sandbox import get_sandbox
 
 if TYPE_CHECKING:
-    from app.graders.dispatch import GradeOptions
-    from app.graders.sandbox import Sandbox
+    from app.graders.options import GradeOptions
+    from app.sandbox import Sandbox
     from app.settings import Settings
     from app.tasks.base import Task
     from app.tasks.impl.spec import Case, Exercise
@@ -139,7 +138,7 @@ def grade_source(exercise: Exercise, source: str, *, all_or_nothing: bool, setti
 
 
 def grade_task(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:
-    exercise = get_exercise(str(task.gold))
+    exercise: Exercise = task.hidden["exercise"]
     source = extract_code(completion, exercise.entry)
     if source is None:
         return _result(Outcome.no_answer, 0.0, f"no Python code defining {exercise.entry}() found",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.graders.sandbox.child_values import plain_problem
+from app.sandbox.child_values import plain_problem
 
 DEFAULT_MAX_ITEMS = 10_000
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from app.graders.impl_decode import JaxClaim, decode
 
 if TYPE_CHECKING:
-    from app.graders.sandbox import Sandbox
+    from app.sandbox import Sandbox
 
 
 def describe_placements(claims):  # pragma: no cover - runs in a sandbox child

@@ -7,11 +7,9 @@ sandbox is what actually contains a submission."""
 from __future__ import annotations
 
 import ast
-import re
 
-from app.graders.extract import strip_thinking
+from app.graders.completion import fences, strip_thinking
 
-_FENCE_OPEN = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
 _PYTHON_LABELS = ("", "python", "py", "python3")
 DENIED_MODULES = frozenset({
     "socket", "ssl", "subprocess", "multiprocessing", "ctypes", "cffi", "pty", "asyncio",
@@ -27,25 +25,11 @@ def defines(source: str, entry: str) -> bool:
     return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == entry for n in tree.body)
 
 
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(label, body) of every fenced block; a block runs to the next ``` or the end of the text.
-    An opener needs a newline after it, so the search for one stops at the last newline: from a
-    ``` on the final line it would scan to the end and fail, once per backtick (quadratic)."""
-    blocks = []
-    pos, stop = 0, text.rfind("\n") + 1
-    while (opened := _FENCE_OPEN.search(text, pos, stop)) is not None:
-        close = text.find("```", opened.end())
-        end = len(text) if close == -1 else close
-        blocks.append((opened.group(1), text[opened.end() : end]))
-        pos = len(text) if close == -1 else close + 3
-    return blocks
-
-
 def extract_code(completion: str, entry: str) -> str | None:
     """The last fenced block (python or unlabelled) that defines entry; failing that, the last
     such block at all, or the whole completion if it is itself code defining entry."""
     text = strip_thinking(completion)  # code in an unfinished thinking trace was never submitted
-    blocks = [body for label, body in fenced_blocks(text) if label.lower() in _PYTHON_LABELS]
+    blocks = [f.body for f in fences(text) if f.label.lower() in _PYTHON_LABELS]
     for block in reversed(blocks):
         if defines(block, entry):
             return block
@@ -61,7 +45,7 @@ def denied_imports(source: str) -> list[str]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(tree):
         names: list[str] = []
         if isinstance(node, ast.Import):

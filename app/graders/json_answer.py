@@ -14,11 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from app.graders.extract import strip_thinking
-
-# A fence opens with ``` or ~~~ and an info string on the same line, and closes at the same mark
-# (models often close on the JSON's last line, so the close need not start a line).
-_FENCE = re.compile(r"(?P<mark>```|~~~)(?P<info>[^\n`~]*)\n(?P<body>.*?)(?:(?P=mark)|\Z)", re.DOTALL)
+from app.graders.completion import fences, outside, strip_thinking
 
 
 class DuplicateKey(ValueError):
@@ -48,11 +44,10 @@ class JsonAnswer:
         return self.error is None
 
 
-def _is_json_fence(info: str, body: str) -> bool:
-    tag = info.strip().split(maxsplit=1)[0].lower() if info.strip() else ""
-    if tag == "json":
+def _is_json_fence(label: str, body: str) -> bool:
+    if label.lower() == "json":
         return True
-    return tag == "" and body.lstrip()[:1] in ("{", "[")
+    return label == "" and body.lstrip()[:1] in ("{", "[")
 
 
 def _parse(text: str) -> tuple[Any, str | None]:
@@ -135,14 +130,12 @@ def _last_bare_object(text: str) -> Any:
 
 def find_json_answer(completion: str) -> JsonAnswer | None:
     text = strip_thinking(completion)
-    last_fence = None
-    for m in _FENCE.finditer(text):
-        if _is_json_fence(m.group("info"), m.group("body")):
-            last_fence = m
-    if last_fence is not None:
-        value, error = _parse(last_fence.group("body"))
+    blocks = fences(text)
+    json_blocks = [f for f in blocks if _is_json_fence(f.label, f.body)]
+    if json_blocks:
+        value, error = _parse(json_blocks[-1].body)
         return JsonAnswer("fence", value, error)
-    bare = _last_bare_object(_FENCE.sub(" ", text))
+    bare = _last_bare_object(outside(text, blocks))
     if bare is None:
         return None
     return JsonAnswer("bare", bare)

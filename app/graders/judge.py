@@ -33,7 +33,7 @@ from app.graders.judge_prompt import (
 from app.graders.result import GradeResult, Outcome
 
 if TYPE_CHECKING:
-    from app.graders.dispatch import GradeOptions
+    from app.graders.options import GradeOptions
     from app.settings import JudgeSettings, Settings
     from app.tasks.base import Task
 

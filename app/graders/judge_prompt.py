@@ -12,7 +12,7 @@ import json
 import re
 import secrets
 
-from app.graders.extract import strip_thinking
+from app.graders.completion import strip_thinking
 
 SYSTEM_PROMPT = (
     "You grade answers to exam questions about scaling machine-learning models (rooflines, TPUs "

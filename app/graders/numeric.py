@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from app.graders.extract import extract_answer
 from app.graders.result import GradeResult, Outcome, ValueVerdict
-from app.graders.units import Quantity, find_quantities, parse_quantity
+from app.quantities import Quantity, find_quantities, parse_quantity
 
 if TYPE_CHECKING:
-    from app.graders.dispatch import GradeOptions
+    from app.graders.options import GradeOptions
     from app.settings import Settings
     from app.tasks.base import Task
 

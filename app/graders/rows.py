@@ -25,16 +25,12 @@ from app.graders.result import GradeResult, Outcome
 from app.tasks.base import Task
 
 if TYPE_CHECKING:
-    from app.graders.dispatch import GradeOptions
+    from app.graders.options import GradeOptions
     from app.settings import Settings
 
 MAX_ROWS = 1000  # more rows than any reference has: compare no further
 _MAX_SHOWN = 200  # characters of a candidate's value echoed in the evidence
 _LONGEST_INT_SHOWN = 10**_MAX_SHOWN
-
-
-class InvalidRowsReference(ValueError):
-    """An inline rows reference that cannot be graded against (a client error)."""
 
 
 def _type_name(value: Any) -> str:
@@ -211,33 +207,3 @@ def grade_rows(
 def grade_task(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:
     tolerance = options.tolerance or task.tolerance or settings.tolerances.rows
     return grade_rows(task.gold, completion, tolerance=tolerance, partial_credit=options.partial_credit)
-
-
-def _check_reference_rows(rows: Any) -> tuple[dict[str, Any], ...]:
-    if not isinstance(rows, list) or not rows:
-        raise InvalidRowsReference('reference "rows" must be a non-empty list')
-    if len(rows) > MAX_ROWS:
-        raise InvalidRowsReference(f"reference has more than {MAX_ROWS} rows")
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict) or not row:
-            raise InvalidRowsReference(f"reference row {i} must be a non-empty object")
-        for name, value in row.items():
-            if not isinstance(value, str | int | float | bool) and value is not None:
-                raise InvalidRowsReference(f"reference row {i} field {name!r}: values must be scalars")
-            if isinstance(value, float) and not math.isfinite(value):
-                raise InvalidRowsReference(f"reference row {i} field {name!r}: numbers must be finite")
-    return tuple(dict(row) for row in rows)
-
-
-def reference_task(reference: Any, settings: Settings) -> Task:
-    """An ad-hoc rows task from an inline reference, the way trainers pass labels: the object
-    ``{"rows": [...]}`` or its JSON text. Raises InvalidRowsReference (a 4xx) if it is unusable."""
-    if isinstance(reference, str):
-        try:
-            reference = json.loads(reference)
-        except ValueError:
-            raise InvalidRowsReference("reference is not valid JSON") from None
-    if not isinstance(reference, dict) or "rows" not in reference:
-        raise InvalidRowsReference('reference must be an object {"rows": [...]}')
-    gold = _check_reference_rows(reference["rows"])
-    return Task(id="", split="", prompt="", grading="rows", gold=gold, tolerance=settings.tolerances.rows)

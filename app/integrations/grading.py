@@ -7,18 +7,15 @@ judge item without a usable judge becomes that item's unscored result, with the 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from app.api.schemas import GradeRequest
-from app.errors import ApiError, JobPending
 from app.graders.result import GradeResult
-from app.grading import GradingService
-from app.integrations.labels import in_order, pending, requests_for, settle, unscored
+from app.grading.lenient import grade_labelled_with
+from app.grading.service import GradingService
+from app.jobs.embedded import EmbeddedJobs
 from app.settings import Settings
-from app.tenants import LOCAL_TENANT, Tenant
 
 
 def judge_settings(judge_model: str | None, judge_base_url: str | None,
@@ -33,53 +30,14 @@ def judge_settings(judge_model: str | None, judge_base_url: str | None,
 
 @lru_cache(maxsize=4)
 def _service(settings_json: str) -> GradingService:
-    return GradingService(Settings.model_validate_json(settings_json))
+    settings = Settings.model_validate_json(settings_json)
+    # In this process: queued kinds (judge, impl) run on its threads too, whatever Redis is configured.
+    return GradingService(settings, EmbeddedJobs(settings))
 
 
 def local_service(settings_overrides: dict[str, Any] | None = None) -> GradingService:
     """The in-process GradingService (cached per settings), for grading without a server."""
     return _service(Settings(**(settings_overrides or {})).model_dump_json())
-
-
-async def grade_leniently(service: GradingService, items: Sequence[GradeRequest],
-                          tenant: Tenant = LOCAL_TENANT, *, per_item_judge: bool = True) -> list[GradeResult]:
-    """Grade in order, waiting as long as the service allows for queued kinds (unless an item
-    sets its own wait): results, never job ids. ``per_item_judge``: judge items without a usable
-    judge are unscored one by one instead of refusing the whole batch."""
-    if not items:
-        return []
-    longest = service.settings.limits.max_wait_seconds
-    for item in items:  # parsed for this call alone: set in place (a copy costs more than parsing)
-        if item.wait is None:
-            item.wait = longest
-
-    async def one(item: GradeRequest) -> GradeResult:
-        # One item (OpenRLHF sends one rollout per request) is graded as /v1/grade grades it, on
-        # the event loop: the worker-thread hop a batch takes costs more than a numeric grade.
-        try:
-            return await service.grade(item, tenant)
-        except JobPending as still_queued:
-            return settle([still_queued])[0]
-        except ApiError as refused:
-            if refused.error == "judge_unavailable" and per_item_judge:
-                return unscored(f"judge_unavailable: {refused.detail}", "no_judge")
-            return service._refused(item, refused)  # as grade_many: raises what concerns the whole batch
-
-    if len(items) == 1:
-        return [await one(items[0])]
-    try:
-        return settle(await service.grade_many(items, tenant))
-    except ApiError as problem:
-        if not per_item_judge or problem.error != "judge_unavailable":
-            raise
-    return list(await asyncio.gather(*(one(item) for item in items)))
-
-
-async def grade_labelled_with(service: GradingService, labels: Sequence[Any], completions: Sequence[Any],
-                              tenant: Tenant = LOCAL_TENANT, **options: Any) -> list[GradeResult]:
-    """Grade (label, completion) pairs in order; ``options`` are GradeRequest fields."""
-    slots = requests_for(zip(labels, completions, strict=True), **options)
-    return in_order(slots, await grade_leniently(service, pending(slots), tenant))
 
 
 async def grade_labelled_locally(labels: Sequence[Any], completions: Sequence[Any],

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from app.graders.result import GradeResult
 
@@ -54,6 +54,17 @@ def body_digest(payload: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedGrading:
+    """One grading handed to a backend. The backend never looks inside: an in-process backend
+    calls ``run``; a backend with remote workers sends ``payload()`` (JSON-safe) to its job
+    function."""
+
+    kind: str  # the queue: "judge" or "impl"
+    run: Callable[[], GradeResult]
+    payload: Callable[[], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimResult:
     job_id: str
     new: bool  # False: this request id was seen before; the earlier job stands
@@ -66,8 +77,7 @@ class JobBackend(Protocol):
         """Reserve the job id for a request; raises ApiError 409 if the id was used for another body."""
         ...
 
-    async def enqueue(self, tenant: str, job_id: str, kind: str, payload: dict,
-                      max_in_flight: int | None = None) -> None:
+    async def enqueue(self, tenant: str, job_id: str, work: QueuedGrading, max_in_flight: int | None = None) -> None:
         """Queue grading work under a claimed job id; 429 past the tenant's in-flight cap."""
         ...
 

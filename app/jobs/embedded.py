@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 from app.errors import ApiError
 from app.graders.result import GradeResult, Outcome
-from app.jobs.base import ClaimResult, JobView, job_id_for, poll_until
-from app.jobs.execute import run_payload
+from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until
 from app.settings import Settings
 
 
@@ -52,9 +51,9 @@ class EmbeddedJobs:
             self._jobs[job_id] = _Job(tenant, digest)
         return ClaimResult(job_id, new=True)
 
-    def _run(self, job: _Job, payload: dict) -> None:
+    def _run(self, job: _Job, work: QueuedGrading) -> None:
         try:
-            job.result = run_payload(payload, self.settings)
+            job.result = work.run()
         except BaseException:  # a crashed grading is an unscored error, never a lost job
             job.result = GradeResult(grading="unknown", outcome=Outcome.error, reward=0.0,
                                      explanation="grading failed; it was not scored")
@@ -62,8 +61,7 @@ class EmbeddedJobs:
         finally:
             job.done.set()
 
-    async def enqueue(self, tenant: str, job_id: str, kind: str, payload: dict,
-                      max_in_flight: int | None = None) -> None:
+    async def enqueue(self, tenant: str, job_id: str, work: QueuedGrading, max_in_flight: int | None = None) -> None:
         job = self._jobs[job_id]
         if max_in_flight is not None:
             with self._lock:
@@ -73,7 +71,7 @@ class EmbeddedJobs:
                 del self._jobs[job_id]
                 why = f"at most {max_in_flight} queued gradings in flight for this tenant"
                 raise ApiError(429, "too_many_in_flight", why, {"Retry-After": "1"})
-        job.future = self._pool.submit(self._run, job, payload)
+        job.future = self._pool.submit(self._run, job, work)
 
     async def store(self, tenant: str, job_id: str, result: GradeResult) -> None:
         job = self._jobs[job_id]

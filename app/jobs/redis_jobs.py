@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
-import redis
 import redis.asyncio as aioredis
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
@@ -17,23 +17,25 @@ from rq.serializers import JSONSerializer
 from app.errors import ApiError, QueueUnavailable
 from app.graders.result import GradeResult, Outcome
 from app.jobs import keys
-from app.jobs.base import ClaimResult, JobView, job_id_for, poll_until
+from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until
+from app.redis_link import REDIS_ERRORS, sync_connection
 from app.settings import Settings
 
-JOB_FUNCTION = "worker.jobs.grade_job"
-REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
-
-def sync_connection(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=3, health_check_interval=10)
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class RedisJobs:
+    """``job_function`` is the RQ job a worker runs on each payload: a module-level function that
+    the workers can import by the same name (RQ records its module and name)."""
+
     name = "redis"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, job_function: Callable[[dict[str, Any]], Any]) -> None:
         assert settings.redis_url
         self.settings = settings
+        self.job_function = job_function
         self.async_redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
         self._sync = sync_connection(settings.redis_url)
         self._queues: dict[str, Queue] = {}
@@ -55,18 +57,18 @@ class RedisJobs:
             seen = await self.async_redis.get(keys.idempotency(tenant, job_id))
         except REDIS_ERRORS:
             raise QueueUnavailable("Redis is unreachable") from None
-        if seen is not None and seen.decode() != digest:
+        if seen is not None and _text(seen) != digest:
             raise ApiError(409, "request_id_reused", "this request_id was used for a different request")
         return ClaimResult(job_id, new=False)
 
-    async def enqueue(self, tenant: str, job_id: str, kind: str, payload: dict[str, Any],
-                      max_in_flight: int | None = None) -> None:
+    async def enqueue(self, tenant: str, job_id: str, work: QueuedGrading, max_in_flight: int | None = None) -> None:
         queue_settings = self.settings.queue
+        payload = work.payload()
         try:
             if max_in_flight is not None:
                 await self._reserve_slot(tenant, job_id, max_in_flight)
-            await anyio.to_thread.run_sync(lambda: self._queue(kind).enqueue(
-                JOB_FUNCTION, payload, job_id=job_id, job_timeout=queue_settings.job_timeout,
+            await anyio.to_thread.run_sync(lambda: self._queue(work.kind).enqueue(
+                self.job_function, payload, job_id=job_id, job_timeout=queue_settings.job_timeout,
                 result_ttl=queue_settings.result_ttl, failure_ttl=queue_settings.result_ttl,
                 # no interval: a delayed retry would need an RQ scheduler; re-queue at once instead
                 retry=Retry(max=queue_settings.retries) if queue_settings.retries else None,
@@ -105,9 +107,9 @@ class RedisJobs:
     async def view(self, tenant: str, job_id: str, wait: float) -> JobView | None:
         try:
             owner = await self.async_redis.get(keys.owner(job_id))
-            if owner is None or owner.decode() != tenant:
+            if owner is None or _text(owner) != tenant:
                 return None
-            found: dict[str, bytes] = {}
+            found: dict[str, bytes | str] = {}
 
             async def finished() -> bool:
                 raw = await self.async_redis.get(keys.result(job_id))
@@ -122,7 +124,7 @@ class RedisJobs:
             status = await self.async_redis.hget(keys.rq_job(job_id), "status")
         except REDIS_ERRORS:
             raise QueueUnavailable("Redis is unreachable") from None
-        state = status.decode() if status else "queued"
+        state = _text(status) if status else "queued"
         if state in ("failed", "stopped", "canceled"):
             failed = GradeResult(grading="unknown", outcome=Outcome.error, reward=0.0, job_id=job_id,
                                  explanation="grading failed on every attempt; it was not scored")

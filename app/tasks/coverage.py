@@ -1,56 +1,22 @@
 """The coverage map: for every chapter, its key-content items and how many tasks of each split
-are tagged with each item. Items come from app/tasks/key_content.toml (committed)."""
+are tagged with each item (the items: app/tasks/key_content.py)."""
 
 from __future__ import annotations
 
 import logging
-import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from app.settings import Settings
+from app.tasks import registry
 from app.tasks.base import Task
-
-if TYPE_CHECKING:
-    from app.settings import Settings
+from app.tasks.key_content import item_ids, key_content
 
 log = logging.getLogger(__name__)
 
-KEY_CONTENT_FILE = Path(__file__).with_name("key_content.toml")
 # Unlimited (generated) banks are counted over one sample of this many tasks, or one task per
 # family when the bank lists its families: a generator covers an item if any family does.
 UNLIMITED_SAMPLE = 64
-
-
-@dataclass(frozen=True, slots=True)
-class KeyItem:
-    id: str
-    title: str
-    chapter: str
-
-
-@dataclass(frozen=True, slots=True)
-class ChapterContent:
-    chapter: str
-    title: str
-    items: tuple[KeyItem, ...]
-
-
-@lru_cache(maxsize=1)
-def key_content() -> dict[str, ChapterContent]:
-    """Chapter -> its key-content items, in the file's order."""
-    with KEY_CONTENT_FILE.open("rb") as fh:
-        raw = tomllib.load(fh)
-    out: dict[str, ChapterContent] = {}
-    for chapter, body in raw.items():
-        items = tuple(KeyItem(i["id"], i["title"], chapter) for i in body["items"])
-        out[chapter] = ChapterContent(chapter, body["title"], items)
-    return out
-
-
-def item_ids() -> frozenset[str]:
-    return frozenset(item.id for c in key_content().values() for item in c.items)
 
 
 @dataclass
@@ -104,8 +70,6 @@ def _tasks_of(bank: Any) -> tuple[list[Task], str]:
 def compute_coverage(settings: Settings, splits: list[str] | None = None) -> Coverage:
     """Count tasks per item for each split. A split that fails to load is reported, not fatal:
     the map is most useful exactly when something is missing."""
-    from app.tasks import registry  # late: the registry imports every split's loader lazily
-
     names = splits if splits is not None else registry.split_names()
     known = item_ids()
     counts = {item: dict.fromkeys(names, 0) for item in sorted(known, key=_item_order())}

@@ -68,7 +68,7 @@ def alltoall_time(nbytes: float, bidi: float) -> float:
 
 def torus_diameter(*axis_sizes: float) -> float:
     """Most hops between two chips of a torus with wraparound on every axis."""
-    total = 0
+    total: float = 0
     for n in axis_sizes:
         total = total + n // 2
     return total

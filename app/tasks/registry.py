@@ -3,23 +3,54 @@ the book split means fetching and parsing the source, which must not happen per 
 
 from __future__ import annotations
 
-import importlib
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from app.settings import Settings
 from app.tasks.base import Bank, Task, UnknownTask
 
-if TYPE_CHECKING:
-    from app.settings import Settings
+# Each split's bank module is imported when the split is first used, not with the registry: the
+# book and exam banks bring the book source's HTTP client and their parsers, which a process
+# serving only synthetic tasks never needs.
 
-# split name -> "module:function" taking Settings and returning a Bank. Lazy, so that serving
-# the synthetic split never imports JAX or touches the network.
-SPLIT_LOADERS: dict[str, str] = {
-    "synthetic": "app.tasks.synthetic.bank:load_bank",
-    "book": "app.tasks.book.bank:load_bank",
-    "tasks": "app.tasks.rows.bank:load_bank",
-    "exam": "app.tasks.exam.bank:load_bank",
-    "impl": "app.tasks.impl.bank:load_bank",
+
+def _synthetic(settings: Settings) -> Bank:
+    from app.tasks.synthetic.bank import load_bank  # first use only (see above)
+
+    return load_bank(settings)
+
+
+def _book(settings: Settings) -> Bank:
+    from app.tasks.book.bank import load_bank  # first use only (see above)
+
+    return load_bank(settings)
+
+
+def _tasks(settings: Settings) -> Bank:
+    from app.tasks.tasks.bank import load_bank  # first use only (see above)
+
+    return load_bank(settings)
+
+
+def _exam(settings: Settings) -> Bank:
+    from app.tasks.exam.bank import load_bank  # first use only (see above)
+
+    return load_bank(settings)
+
+
+def _impl(settings: Settings) -> Bank:
+    from app.tasks.impl.bank import load_bank  # first use only (see above)
+
+    return load_bank(settings)
+
+
+# split name -> its bank loader
+SPLIT_LOADERS: dict[str, Callable[[Settings], Bank]] = {
+    "synthetic": _synthetic,
+    "book": _book,
+    "tasks": _tasks,
+    "exam": _exam,
+    "impl": _impl,
 }
 
 
@@ -43,9 +74,7 @@ def get_bank(split: str, settings: Settings) -> Bank:
         return bank
     with _lock:
         if split not in _banks:
-            module_name, func_name = SPLIT_LOADERS[split].split(":")
-            loader = getattr(importlib.import_module(module_name), func_name)
-            _banks[split] = loader(settings)
+            _banks[split] = SPLIT_LOADERS[split](settings)
         return _banks[split]
 
 

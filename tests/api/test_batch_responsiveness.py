@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
-from app.api.schemas import GradeRequest
-from app.grading import INLINE_CHUNK, GradingService
+import pytest
+
+from app.grading.models import GradeRequest
+from app.grading.service import INLINE_CHUNK, GradingService
 from app.settings import Settings
 from app.tasks.synthetic.bank import SyntheticBank
 
 
+@pytest.mark.slow
 def test_event_loop_keeps_turning_while_a_large_batch_is_graded() -> None:
     tasks = SyntheticBank().batch(seed=8, n=200)
     requests = [GradeRequest(task_id=t.id, completion="Final answer: " + ", ".join(t.gold)) for t in tasks] * 20

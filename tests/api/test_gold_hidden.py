@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 from app.settings import Settings
 from app.tasks.registry import resolve_task
 from app.tenants import new_key

@@ -20,6 +20,8 @@ import pytest
 
 from tests.support.server import ROOT, free_port, stop_process, wait_until_up
 
+pytestmark = pytest.mark.slow  # a real HTTP server per module: left out of `make test-fast`
+
 CANARY = "CANARY-" + os.urandom(6).hex()
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
+
+pytestmark = pytest.mark.slow  # a real HTTP server per module: left out of `make test-fast`
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +193,7 @@ def test_rows_split_served_and_graded_over_http(client: httpx.Client) -> None:
     import json as _json
 
     from app.settings import Settings
-    from app.tasks.rows.bank import load_bank
+    from app.tasks.tasks.bank import load_bank
 
     batch = client.get("/v1/tasks", params={"split": "tasks", "n": 3, "seed": 2}).json()["tasks"]
     assert len(batch) == 3 and all(t["grading"] == "rows" for t in batch)

@@ -15,8 +15,8 @@ import pytest
 
 from app.settings import Settings
 from app.tasks.exam.bank import load_bank
-from app.tasks.rows.bank import build_tasks
 from app.tasks.synthetic.bank import SyntheticBank
+from app.tasks.tasks.bank import build_tasks
 from tests.fake_openai import ADVERSARIAL_SHAPES, FakeOpenAI
 from tests.support.server import running_server
 

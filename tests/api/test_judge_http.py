@@ -11,6 +11,8 @@ from app.tasks.exam.bank import load_bank
 from tests.fake_openai import FakeOpenAI
 from tests.support.server import running_server
 
+pytestmark = pytest.mark.slow  # a real HTTP server per module: left out of `make test-fast`
+
 
 @pytest.fixture(scope="module")
 def judge_server():

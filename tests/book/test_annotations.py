@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
 from app.graders.numeric import relative_error
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
-from app.graders.units import find_quantities, parse_quantity
+from app.quantities import find_quantities, parse_quantity
 from app.settings import Settings
 from app.tasks.book.annotations import load_annotations
 from app.tasks.book.bank import _split_answer
 from app.tasks.book.parser import parse_chapter
-from app.tasks.coverage import item_ids, key_content
+from app.tasks.key_content import item_ids, key_content
 
 ANNOTATIONS = load_annotations()
 NUMERIC = sorted(k for k, a in ANNOTATIONS.items() if a.grading == "numeric")

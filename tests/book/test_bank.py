@@ -160,6 +160,7 @@ class TestParsedCache:
         with pytest.raises(BookSourceError, match=r"roofline\.md is missing"):
             load_bank(gone)
 
+    @pytest.mark.slow
     def test_a_damaged_entry_is_reparsed(self, mirror: Path, tmp_path: Path) -> None:
         s = Settings(book_mirror=mirror, book_cache=tmp_path / "c")
         first = load_bank(s)
@@ -168,6 +169,7 @@ class TestParsedCache:
         assert load_bank(s).tasks() == first.tasks()
         assert json.loads(entry.read_text())["key"] == first.cache_key
 
+    @pytest.mark.slow
     def test_any_cache_implementation_plugs_in(self, mirror: Path, tmp_path: Path) -> None:
         class MemoryCache:
             def __init__(self) -> None:

@@ -7,10 +7,12 @@ import argparse
 import json
 
 import httpx
+import pytest
 
 from app.settings import get_settings
 from app.tasks import registry
-from app.tasks.coverage import compute_coverage, key_content, render_markdown
+from app.tasks.coverage import compute_coverage, render_markdown
+from app.tasks.key_content import key_content
 
 
 def _tagged(bank, item: str) -> int:
@@ -31,8 +33,12 @@ def test_book_counts_are_the_tasks_tagged_with_each_item(bank, settings) -> None
     assert cov.basis["book"] == f"all {bank.size()} tasks"
 
 
+def _broken_loader(settings):
+    import app.tasks.no_such_module  # noqa: F401  (the failure under test)
+
+
 def test_a_broken_split_is_reported_not_fatal(settings, monkeypatch) -> None:
-    monkeypatch.setitem(registry.SPLIT_LOADERS, "broken", "app.tasks.no_such_module:load_bank")
+    monkeypatch.setitem(registry.SPLIT_LOADERS, "broken", _broken_loader)
     registry.clear_cache()
     try:
         cov = compute_coverage(settings, ["book", "broken"])
@@ -88,6 +94,7 @@ def test_coverage_command_refuses_an_unknown_split(env_settings, capsys) -> None
     assert captured.err.startswith("unknown split 'nope'; known: ") and "Traceback" not in captured.err
 
 
+@pytest.mark.slow
 def test_book_command_prints_size_and_exclusions(env_settings, bank, capsys) -> None:
     assert _run("app.commands.book", ["book"]) == 0
     out = capsys.readouterr().out
@@ -111,6 +118,7 @@ def test_book_command_reports_a_bad_source_cleanly(tmp_path, monkeypatch, capsys
     assert "roofline.md is missing" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_coverage_endpoint(server: str, bank) -> None:
     r = httpx.get(f"{server}/v1/coverage", params={"split": "book"}, timeout=30)
     assert r.status_code == 200
@@ -127,6 +135,7 @@ def test_coverage_endpoint_rejects_unknown_split(server: str) -> None:
     assert r.json() == {"error": "unknown_split", "detail": f"unknown split; known: {known}"}
 
 
+@pytest.mark.slow
 def test_splits_doc_shows_the_book_summary_as_the_command_prints_it(env_settings, capsys) -> None:
     from tests.book.conftest import REPO
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, grade
-from app.graders.units import parse_quantity
+from app.graders.dispatch import grade
+from app.graders.options import GradeOptions
+from app.quantities import parse_quantity
 from app.settings import Settings
 from app.tasks.book.annotations import AnnotationError, _parse, load_annotations
 from app.tasks.book.keys import KEY_TOLERANCE, book_keys
@@ -177,7 +178,7 @@ def test_the_cache_key_changes_when_the_key_code_changes(monkeypatch, tmp_path) 
 def test_computed_key_against_the_figure_printed_in_the_verified_mirror(chapters, key: str) -> None:
     """Straight from the source: each printed figure (found in the mirror's answer text) is
     within tolerance of the computed value, unless the item says why not and accepts both."""
-    from app.graders.units import find_quantities
+    from app.quantities import find_quantities
     from tests.book.test_annotations import _answer_text
 
     answer = _answer_text(chapters, key)

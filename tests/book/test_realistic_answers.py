@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
+from app.graders.options import GradeOptions
 from app.settings import Settings
 
 RIGHT = {

@@ -104,6 +104,7 @@ def _publish(mirror: Path, root: Path) -> None:
 
 
 class TestDownload:
+    @pytest.mark.slow
     def test_first_use_downloads_verifies_and_caches(self, mirror: Path, served, tmp_path: Path) -> None:
         root, base, requests = served
         _publish(mirror, root)
@@ -115,6 +116,7 @@ class TestDownload:
             assert cached.read_bytes() == (mirror / f"{name}.md").read_bytes()
             assert loaded[name].text == cached.read_text(encoding="utf-8")
 
+    @pytest.mark.slow
     def test_second_use_reads_the_cache_not_the_network(self, mirror: Path, served, tmp_path: Path) -> None:
         root, base, requests = served
         _publish(mirror, root)
@@ -124,6 +126,7 @@ class TestDownload:
         load_chapters(s)
         assert len(requests) == n
 
+    @pytest.mark.slow
     def test_tampered_download_is_refused_and_not_cached(self, mirror: Path, served, tmp_path: Path) -> None:
         root, base, _ = served
         _publish(mirror, root)
@@ -134,6 +137,7 @@ class TestDownload:
             load_chapters(s)
         assert not (cache_dir(s) / "inference.md").exists()
 
+    @pytest.mark.slow
     def test_404_is_fatal_naming_the_file(self, mirror: Path, served, tmp_path: Path) -> None:
         root, base, _ = served
         _publish(mirror, root)
@@ -153,6 +157,7 @@ class TestDownload:
         with pytest.raises(BookSourceError, match=r"roofline\.md .* failed"):
             load_chapters(s)
 
+    @pytest.mark.slow
     def test_edited_cache_file_is_refused(self, mirror: Path, served, tmp_path: Path) -> None:
         root, base, _ = served
         _publish(mirror, root)

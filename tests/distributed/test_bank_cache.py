@@ -6,11 +6,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from app.settings import Settings
 from app.tasks.book import bank as book_bank
 from app.tasks.book.cache import RedisBankCache
 from tests.conftest import BOOK_MIRROR
 from tests.support.server import ROOT
+
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
 
 
 def test_second_replica_loads_the_parse_from_redis(tmp_path, redis_server) -> None:

@@ -13,6 +13,8 @@ from app.tasks.synthetic.bank import SyntheticBank
 from app.tenants import new_key
 from tests.support.server import running_server
 
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+
 
 def _tenants_file(tmp_path, *, burst: int = 1000):
     key_a, digest_a = new_key()

@@ -4,7 +4,7 @@ Every expected reward in these tests is derived from these, never typed in."""
 
 from __future__ import annotations
 
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 from app.settings import get_settings
 from app.tasks.base import Task
 from app.tasks.registry import get_bank, resolve_task

@@ -29,6 +29,7 @@ def _items(n: int, seed: int) -> tuple[list[dict], list[float]]:
     return items, expected
 
 
+@pytest.mark.slow
 def test_batches_are_split_into_chunks_and_keep_order(server_url: str) -> None:
     items, expected = _items(23, seed=21)
     script = Script()
@@ -51,6 +52,7 @@ def test_async_client_sends_chunks_concurrently_and_keeps_order(server_url: str)
     assert [r.reward for r in results] == expected and rewards == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 503])
 def test_retries_on_busy_statuses_then_succeeds(server_url: str, status: int) -> None:
     items, expected = _items(3, seed=23)
@@ -89,6 +91,7 @@ def test_refusals_are_not_retried(server_url: str) -> None:
     assert caught.value.status == 422 and caught.value.error == "invalid_request" and len(script.seen) == 1
 
 
+@pytest.mark.slow
 def test_a_stalled_request_times_out_and_is_retried(server_url: str) -> None:
     items, expected = _items(2, seed=26)
     script = Script(stall_seconds=1.5, stalls=1)

@@ -19,6 +19,8 @@ from tests.ecosystem.oracle import right, wrong
 from tests.ecosystem.policy import PolicyFake
 from tests.support.server import ROOT
 
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+
 SEED, N, R = 41, 8, 2
 
 

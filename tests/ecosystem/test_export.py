@@ -16,6 +16,8 @@ from app.settings import get_settings
 from app.tasks.registry import get_bank
 from tests.support.server import ROOT
 
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+
 
 def export(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "app.cli", "export", *args], cwd=ROOT, env=dict(os.environ),

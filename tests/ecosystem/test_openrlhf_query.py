@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.integrations.openrlhf import response_from_query
+from app.api.openrlhf import response_from_query
 
 QUESTION = "A chip does 197 TFLOP/s.\nHow long is a 1e15 FLOP matmul?"
 RESPONSE = "It takes 1e15 / 197e12 s.\nFinal answer: 5.08 s"

@@ -15,6 +15,8 @@ from scaling_book.verifiers_env import STATE_KEY, load_environment
 from tests.ecosystem.oracle import gold, right, wrong
 from tests.ecosystem.policy import PolicyFake
 
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+
 
 def _score(env, row: dict, text: str) -> tuple[float, dict, dict]:
     state = vf.State.for_task(row)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from app.graders.numeric import grade_numeric
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 from app.tasks.exam.bank import NUMERIC_INSTRUCTION, numeric_questions, task_id
 from app.tasks.exam.model import NumericQuestion, format_value, placeholders
 

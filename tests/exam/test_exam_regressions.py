@@ -8,8 +8,9 @@ import hashlib
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, grade
-from app.graders.units import parse_quantity
+from app.graders.dispatch import grade
+from app.graders.options import GradeOptions
+from app.quantities import parse_quantity
 from app.settings import Settings
 from app.tasks.exam.bank import concept_questions, resolve_locator
 

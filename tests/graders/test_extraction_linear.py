@@ -13,8 +13,9 @@ import re
 import pytest
 
 from app.graders import extract
-from app.graders.extract import extract_answer, strip_thinking
-from app.graders.impl_source import extract_code, fenced_blocks
+from app.graders.completion import fences, strip_thinking
+from app.graders.extract import extract_answer
+from app.graders.impl_source import extract_code
 from app.graders.json_answer import find_json_answer
 from app.graders.judge_prompt import OMITTED, candidate_text
 from app.graders.numeric import grade_numeric
@@ -59,7 +60,8 @@ def test_linear_forms_agree_with_the_regex_oracles() -> None:
     for text in random_texts(3000):
         assert strip_thinking(text) == oracle_strip_thinking(text), text
         assert extract._last_boxed(text) == oracle_last_boxed(text), text
-        assert fenced_blocks(text) == [(m.group(1), m.group(2)) for m in _FENCED.finditer(text)], text
+        found = [(f.label, f.body) for f in fences(text)]
+        assert found == [(m.group(1), m.group(2)) for m in _FENCED.finditer(text)], text
 
 
 # ---- degenerate completions, by grader -------------------------------------------------------

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.graders import dispatch
-from app.graders.dispatch import GradeOptions, JudgeSpec
 from app.graders.judge_prompt import build_messages, candidate_text, fence_tag, parse_verdict
+from app.graders.options import GradeOptions, JudgeSpec
 from app.settings import JudgeSettings, Settings
 from app.tasks.base import Task
 from tests.fake_openai import FakeOpenAI

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from app.api.schemas import ChatMessage, GradeRequest, completion_text, lacks_answer_message
 from app.graders.result import Outcome
-from app.grading import GradingService
+from app.grading.models import ChatMessage, GradeRequest, completion_text, lacks_answer_message
+from app.grading.service import GradingService
 from app.settings import Settings
 
 

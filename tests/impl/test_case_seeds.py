@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from app.commands import impl as impl_commands
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
 from app.graders.impl_cases import case_seed, draw_cases
+from app.graders.options import GradeOptions
 from app.settings import ImplSettings, SandboxSettings, Settings, get_settings
 from app.tasks import registry
 from app.tasks.impl import reference

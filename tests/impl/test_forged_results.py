@@ -9,10 +9,13 @@ import textwrap
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.settings import SandboxSettings, Settings
 from app.tasks import registry
+
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
 
 SETTINGS = Settings(sandbox=SandboxSettings(wall_seconds=20, warm_pool_size=2))
 

@@ -27,6 +27,7 @@ def test_exercise_table_lists_every_exercise(capsys: pytest.CaptureFixture[str])
     assert f"{len(ALL)} exercises, {sum(e.case_count for e in ALL)} hidden cases per grade" in out
 
 
+@pytest.mark.slow
 def test_sandbox_status_reports_the_tier_in_force(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["impl", "sandbox"]) == 0
     status = json.loads(capsys.readouterr().out)

@@ -16,6 +16,8 @@ from app.tasks.impl.bank import load_bank
 from app.tasks.impl.exercises import ALL, BY_NAME
 from tests.impl.wrong_solutions import WRONG
 
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+
 SETTINGS = Settings(sandbox=SandboxSettings(wall_seconds=20, warm_pool_size=2))
 
 

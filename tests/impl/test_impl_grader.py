@@ -8,14 +8,19 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.graders.dispatch import GradeOptions, grade
+import pytest
+
+from app.graders.dispatch import grade
 from app.graders.impl_cases import case_seed, draw_cases
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.settings import SandboxSettings, Settings
 from app.tasks import registry
 from app.tasks.impl import reference
 from app.tasks.impl.exercises import BY_NAME
 from tests.impl.wrong_solutions import WRONG
+
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
 
 SETTINGS = Settings(sandbox=SandboxSettings(wall_seconds=20, warm_pool_size=2))
 

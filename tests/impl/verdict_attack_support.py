@@ -10,9 +10,10 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
 from app.graders.impl_cases import case_seed, draw_cases
 from app.graders.impl_verdict import VERDICTS, Reason, time_bucket
+from app.graders.options import GradeOptions
 from app.graders.result import GradeResult
 from app.settings import ImplSettings, SandboxSettings, Settings
 from app.tasks import registry

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from app.commands import exam as exam_command
+from app.commands import exam_summary as exam_command
 from app.commands import judge_check
 from app.settings import Settings, get_settings
 from app.tasks import registry

@@ -8,15 +8,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, JudgeSpec, grade
+from app.graders.dispatch import grade
 from app.graders.judge import (
     EXTRA_BODY,
     JudgeUnavailable,
     grade_task,
-    judge_available,
     judge_problem,
     require_judge_for,
 )
+from app.graders.options import GradeOptions, JudgeSpec
 from app.graders.result import Outcome
 from app.settings import Settings
 from app.tasks.base import Task
@@ -158,6 +158,7 @@ def test_unknown_model_is_a_judge_error(fake, judge_settings):
     assert result.outcome is Outcome.judge_error and "404" in result.explanation
 
 
+@pytest.mark.slow
 def test_timeout_is_a_judge_error(fake, judge_settings):
     start = time.perf_counter()
     result = grade_task(TASK, RESPONSE, options(fake, "judge-slow"),
@@ -206,7 +207,7 @@ def test_default_model_and_base_url_from_settings(fake, judge_settings):
 
 def test_no_judge_configured(fake, judge_settings):
     settings = judge_settings()
-    assert not judge_available(GradeOptions(), settings)
+    assert judge_problem(GradeOptions(), settings) is not None
     assert "no judge model" in (judge_problem(GradeOptions(), settings) or "")
     result = grade_task(TASK, RESPONSE, GradeOptions(), settings)
     assert result.outcome is Outcome.invalid_request and fake.requests == []
@@ -215,7 +216,7 @@ def test_no_judge_configured(fake, judge_settings):
 def test_missing_key_env_makes_the_judge_unavailable(fake, judge_settings, monkeypatch):
     settings = judge_settings()
     monkeypatch.delenv(KEY_ENV)
-    assert not judge_available(options(fake), settings)
+    assert judge_problem(options(fake), settings) is not None
     result = grade_task(TASK, RESPONSE, options(fake), settings)
     assert result.outcome is Outcome.invalid_request and "API key" in result.explanation
     assert fake.requests == []

@@ -4,7 +4,7 @@ import pytest
 
 from app.settings import Settings
 from app.tasks.base import FiniteBank
-from app.tasks.rows.bank import RowsTask, build_tasks, load_bank
+from app.tasks.tasks.bank import RowsTask, build_tasks, load_bank
 
 
 @pytest.fixture(scope="session")

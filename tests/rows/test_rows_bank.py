@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from app.graders.dispatch import GRADERS, GradeOptions, grade
+from app.graders import rows
+from app.graders.dispatch import GRADERS, grade
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.tasks import registry
 from app.tasks.base import UnknownTask
-from app.tasks.rows.catalog import ALL_SPECS, check_catalog
-from app.tasks.rows.conventions import API_DESCRIPTION
-from app.tasks.rows.spec import CATEGORIES, fmt
+from app.tasks.tasks.catalog import ALL_SPECS, check_catalog
+from app.tasks.tasks.conventions import API_DESCRIPTION
+from app.tasks.tasks.spec import CATEGORIES, fmt
 
 KEY_CONTENT = tomllib.loads(Path("app/tasks/key_content.toml").read_text(encoding="utf-8"))
 
@@ -79,7 +81,7 @@ def test_served_prompt_starts_with_the_conventions(bank) -> None:
 
 def test_registry_serves_and_dispatch_grades_the_split(settings) -> None:
     registry.clear_cache()
-    assert "tasks" in registry.split_names() and GRADERS["rows"] == "app.graders.rows:grade_task"
+    assert "tasks" in registry.split_names() and GRADERS["rows"] is rows.grade_task
     task = registry.resolve_task("tasks/sc-016", settings)
     completion = "Sum 16 bytes per parameter.\n```json\n" + json.dumps({"rows": list(task.gold)}) + "\n```"
     result = grade(task, completion, GradeOptions(), settings)

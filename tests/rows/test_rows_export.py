@@ -8,8 +8,10 @@ import json
 import re
 from pathlib import Path
 
-from app.commands import export_bank as export_command
-from app.tasks.rows.export import EXPORT_FIELDS, export
+import pytest
+
+from app.commands import export as export_command
+from app.tasks.tasks.export import EXPORT_FIELDS, export
 
 
 def card_fields(card: str) -> list[tuple[str, str]]:
@@ -43,6 +45,7 @@ def test_jsonl_export_matches_bank_and_card(tmp_path: Path, bank) -> None:
     assert "| total | 35 |" in card and "| flops | 8 |" in card
 
 
+@pytest.mark.slow
 def test_parquet_export_round_trips_through_datasets(tmp_path: Path) -> None:
     import datasets  # in the test extra: this test must run, never skip
 

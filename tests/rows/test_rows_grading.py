@@ -7,7 +7,8 @@ import json
 import pytest
 
 from app.graders.result import Outcome
-from app.graders.rows import InvalidRowsReference, grade_rows, reference_task
+from app.graders.rows import grade_rows
+from app.grading.references import InvalidRowsReference, reference_task
 from app.settings import Settings
 
 GOLD = [

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from app.commands import tasks_verify
-from app.graders.dispatch import GradeOptions, grade
+from app.commands import tasks_verify as verify_mod
+from app.graders.dispatch import grade
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
-from app.tasks.rows import verify as verify_mod
-from app.tasks.rows.anchors import ANCHORS, Anchor
-from app.tasks.rows.catalog import ALL_SPECS
-from app.tasks.rows.conventions import SLIPS
+from app.tasks.tasks.anchors import ANCHORS, Anchor
+from app.tasks.tasks.catalog import ALL_SPECS
+from app.tasks.tasks.conventions import SLIPS
 
 IDS = [s.task_id for s in ALL_SPECS]
 RING_TASKS = [s.task_id for s in ALL_SPECS if "missing_ring_factor" in s.slips]
@@ -130,6 +131,7 @@ def _verify_cli(argv: list[str]) -> int:
     return args.func(args)
 
 
+@pytest.mark.slow
 def test_verify_command(capsys) -> None:
     assert _verify_cli(["tasks", "verify"]) == 0
     out = capsys.readouterr().out

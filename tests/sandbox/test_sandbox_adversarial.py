@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from app.graders.impl_verdict import decode, judge_case
-from app.graders.sandbox import CaseRun, Sandbox
-from app.graders.sandbox.uids import processes_of
+from app.sandbox import CaseRun, Sandbox
+from app.sandbox.uids import processes_of
 from app.tasks.impl.spec import Case
 from tests.sandbox.attacks import ALL, OS_LAYER, Attack, code
 from tests.sandbox.tiers import SHORT_LIMITS, box_for, offered_tiers, tier_settings
+
+pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
 
 # A value no attack can know: the only way to "pass" would be a forged result.
 UNGUESSABLE = Case(args=(), expected="expected-" + os.urandom(6).hex())

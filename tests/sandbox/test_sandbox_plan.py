@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.graders.sandbox.plan import SITE_IN_SANDBOX, build_plan, distribution_closure, reachable_by_others
-from app.graders.sandbox.uids import UidPool
+from app.sandbox.plan import SITE_IN_SANDBOX, build_plan, distribution_closure, reachable_by_others
+from app.sandbox.uids import UidPool
 
 
 def test_closure_follows_requirements_but_not_the_service() -> None:
@@ -69,6 +69,7 @@ def test_uid_pool_hands_out_each_uid_once_and_reuses_the_oldest() -> None:
     assert pool.take() == taken[0]
 
 
+@pytest.mark.slow
 def test_uid_claims_are_shared_between_processes(tmp_path) -> None:
     """Two workers on one host must never run children under one uid: the second process's pool
     skips the uid the first one holds, and gets it once the first process is gone."""
@@ -77,7 +78,7 @@ def test_uid_claims_are_shared_between_processes(tmp_path) -> None:
 
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, pathlib; from app.graders.sandbox.uids import UidPool;"
+         "import sys, pathlib; from app.sandbox.uids import UidPool;"
          f"p = UidPool(710_000, 2, pathlib.Path({str(tmp_path)!r})); print(p.take(), flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 
-from app.graders.sandbox import Sandbox, get_sandbox
-from app.graders.sandbox.launch import SandboxFault
+from app.sandbox import Sandbox, get_sandbox
+from app.sandbox.launch import SandboxFault
 from app.settings import SandboxSettings
 
 SHORT_LIMITS = {

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from app.graders.numeric import within
-from app.graders.units import DIMENSIONLESS, Quantity, find_quantities, parse_quantity
+from app.quantities import DIMENSIONLESS, Quantity, find_quantities, parse_quantity
 from app.settings import Settings
 from app.tasks.base import Task
 from app.tasks.registry import get_bank

@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from app.cli import main
+from app.commands.audit_keys import audit_book, audit_exam, audit_rows
 from app.settings import get_settings
 from app.tasks import registry
-from app.tasks.audit import audit_book, audit_exam, audit_rows
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from app.graders.numeric import grade_numeric
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 from app.tasks.base import UnknownTask
 from app.tasks.synthetic.bank import SyntheticBank, generate
 from app.tasks.synthetic.families import FAMILIES
@@ -120,6 +120,7 @@ def test_same_seed_same_tasks_and_different_seed_differs() -> None:
     assert [t["prompt"] for t in a] != [t["prompt"] for t in c]
 
 
+@pytest.mark.slow
 def test_same_tasks_in_another_process() -> None:
     code = (
         "import json;from app.tasks.synthetic.bank import SyntheticBank;"

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.graders.dispatch import GradeOptions, grade
+from app.graders.dispatch import grade
+from app.graders.options import GradeOptions
 from app.graders.result import Outcome
-from app.graders.units import DIMENSIONLESS, parse_quantity
+from app.quantities import DIMENSIONLESS, parse_quantity
 from app.settings import Settings
 from app.tasks.book.bank import parse_bank
 from app.tasks.exam.bank import build_tasks

@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 
 ANNOTATIONS_FILE = Path(__file__).with_name("annotations.toml")
 

@@ -22,7 +22,7 @@ from app.tasks.book.hardware_tables import ChipRecord, chip_records, chips_named
 from app.tasks.book.keys import book_keys, keys_digest
 from app.tasks.book.markdown import to_markdown
 from app.tasks.book.parser import DETAILS_OPEN, PARSER_VERSION, ParsedQuestion, Span, is_fence, parse_chapter
-from app.tasks.coverage import item_ids, key_content
+from app.tasks.key_content import item_ids, key_content
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -273,8 +273,8 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
 
 # ---- (de)serialisation for the cache ------------------------------------------------------------
 # Questions in one section share most of their context, so texts are stored as lists of indices
-# into one table of distinct paragraphs: the entry is about a third of the size, and decoding it
-# (the whole cost of a cache hit) about three times faster.
+# into one table of distinct paragraphs: the entry is under half the size of plain JSON, and
+# decoding it (the whole cost of a cache hit) about 1.2 times faster, a fraction of a millisecond.
 
 
 class _Paragraphs:

@@ -10,7 +10,9 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
+
+import redis
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +76,11 @@ class RedisBankCache:
     PREFIX = "sg:bank:"
 
     def __init__(self, url: str) -> None:
-        import redis
-
         self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
 
     def get(self, key: str) -> bytes | None:
         try:
-            return self._redis.get(self.PREFIX + key)
+            return cast("bytes | None", self._redis.get(self.PREFIX + key))  # no decode_responses: bytes
         except Exception as exc:  # redis-py raises several families; any of them is a miss here
             log.warning("bank cache: Redis unavailable for %s: %s", key, type(exc).__name__)
             return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 
 _TAG = re.compile(r"<[^>]+>")
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.graders.units import parse_quantity
+from app.quantities import parse_quantity
 from app.settings import Tolerances
 from app.tasks.book.annotations import Annotation, AnnotationError
 from app.tasks.book.solutions import solve

@@ -31,6 +31,7 @@ def task_for(exercise: Exercise) -> Task:
             "needs_jax": exercise.profile == "jax",
             "hidden_cases": exercise.case_count,
         },
+        hidden={"exercise": exercise},  # what the impl grader runs: hidden cases and limits
     )
 
 

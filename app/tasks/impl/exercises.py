@@ -13,9 +13,3 @@ ALL: list[Exercise] = [
 ]
 BY_NAME: dict[str, Exercise] = {e.name: e for e in ALL}
 
-
-def get_exercise(name: str) -> Exercise:
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise LookupError(f"no impl exercise {name!r}") from None

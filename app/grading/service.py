@@ -1,0 +1,214 @@
+"""From a grade request to a GradeResult: resolve the task (by id or from an inline reference),
+then grade inline (numeric, rows) or through the job backend (judge, impl). The HTTP layer and
+the reward adapters all come through here, so every entry point grades the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from app.errors import ApiError, JobPending, QueueUnavailable
+from app.graders import dispatch
+from app.graders.judge import JudgeUnavailable, normalise_base_url, require_judge_for
+from app.graders.options import JudgeSpec
+from app.graders.result import GradeResult, Outcome, shown_result
+from app.grading.models import GradeRequest, completion_text, lacks_answer_message
+from app.grading.references import task_from_reference
+from app.jobs.base import JobBackend, JobView, QueuedGrading, body_digest
+from app.jobs.embedded import EmbeddedJobs
+from app.observability import record_grade
+from app.settings import Settings
+from app.tasks.base import INLINE_KINDS, Task, UnknownTask
+from app.tasks.registry import resolve_task
+from app.tenants import LOCAL_TENANT, Tenant
+
+# Inline items of a batch graded per trip to a worker thread.
+INLINE_CHUNK = 64
+
+
+def job_payload(request: GradeRequest, tenant: str) -> dict[str, Any]:
+    """JSON-safe job arguments for a worker process: the request as sent (validated), and who sent it."""
+    return {"request": request.model_dump(mode="json", exclude={"request_id", "wait"}), "tenant": tenant}
+
+
+def apply_tenant_judge(request: GradeRequest, tenant: Tenant) -> GradeRequest:
+    """The tenant's default judge when the request names none; refusal of a base URL outside the
+    tenant's list, so a tenant cannot aim the service at addresses its operator did not allow."""
+    judge = request.judge
+    if judge is None and tenant.judge_model:
+        base = tenant.judge_base_urls[0] if tenant.judge_base_urls else None
+        return request.model_copy(update={"judge": JudgeSpec(model=tenant.judge_model, base_url=base)})
+    if judge is not None and judge.base_url and tenant is not LOCAL_TENANT:
+        try:  # compared in the same canonical form as the operator's allow-list
+            allowed = judge.base_url and normalise_base_url(judge.base_url) in {
+                normalise_base_url(u) for u in tenant.judge_base_urls
+            }
+        except JudgeUnavailable:
+            allowed = False
+        if not allowed:
+            raise ApiError(403, "judge_not_allowed", "this judge base URL is not allowed for this tenant")
+    return request
+
+
+class GradingService:
+    """``jobs`` carries queued grading. Left out, in-process threads are made on first use (a
+    worker grading a job payload never needs them); a deployment with Redis passes its backend."""
+
+    def __init__(self, settings: Settings, jobs: JobBackend | None = None) -> None:
+        self.settings = settings
+        self._jobs = jobs
+
+    @property
+    def jobs(self) -> JobBackend:
+        if self._jobs is None:
+            if self.settings.redis_url:
+                raise RuntimeError("with a Redis URL configured, pass the service its Redis job backend")
+            self._jobs = EmbeddedJobs(self.settings)
+        return self._jobs
+
+    def prepare(self, request: GradeRequest) -> tuple[Task, str]:
+        text = completion_text(request.completion)
+        if len(text) > self.settings.limits.max_completion_chars:
+            raise ApiError(413, "completion_too_long",
+                           f"the completion exceeds {self.settings.limits.max_completion_chars} characters")
+        if request.task_id is not None:
+            try:
+                task = resolve_task(request.task_id, self.settings)
+            except UnknownTask:
+                raise ApiError(404, "unknown_task", "no task has this id") from None
+        else:
+            assert request.reference is not None  # the model requires a task id or a reference
+            task = task_from_reference(request.reference, self.settings)
+        if task.grading == "judge":
+            self.require_judge([task], request)
+        return task, text
+
+    def require_judge(self, tasks: Sequence[Task], request: GradeRequest) -> None:
+        """Refuse up front when judge items have no usable judge, rather than a judge_error each."""
+        try:
+            require_judge_for(tasks, request.options(), self.settings)
+        except JudgeUnavailable as exc:
+            raise ApiError(422, "judge_unavailable", str(exc)[:300]) from None
+
+    def grade_now(self, task: Task, text: str, request: GradeRequest) -> GradeResult:
+        start = time.perf_counter()
+        if lacks_answer_message(request.completion):
+            # A transcript without the policy's turn: the rollout produced no answer, a scored 0
+            # (not a refusal, which a trainer would drop, nor a grade of someone else's text).
+            result = GradeResult(task_id=task.id or None, split=task.split or None, grading=task.grading,
+                                 outcome=Outcome.no_answer, reward=0.0,
+                                 explanation="the transcript has no assistant message to grade")
+        else:
+            result = dispatch.grade(task, text, request.options(), self.settings)
+        record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start)
+        return result
+
+    def shown(self, result: GradeResult, tenant: Tenant) -> GradeResult:
+        """The result as this tenant may see it: no gold unless its operator reveals it."""
+        return shown_result(result, tenant.reveals_expected(self.settings.reveal_expected))
+
+    def run_job(self, payload: dict[str, Any]) -> GradeResult:
+        """Grade a job payload (see ``job_payload``) in a worker process."""
+        request = GradeRequest.model_validate(payload["request"])
+        task, text = self.prepare(request)
+        return self.grade_now(task, text, request)
+
+    async def job(self, tenant: Tenant, job_id: str, wait: float) -> JobView | None:
+        """A queued grading as its tenant sees it, after waiting at most the service's longest wait."""
+        return await self.jobs.view(tenant.name, job_id, min(wait, self.settings.limits.max_wait_seconds))
+
+    async def grade(self, request: GradeRequest, tenant: Tenant = LOCAL_TENANT) -> GradeResult:
+        """The result, or JobPending if queued work outlasts the request's wait."""
+        return self.shown(await self._grade(request, tenant), tenant)
+
+    async def _grade(self, request: GradeRequest, tenant: Tenant) -> GradeResult:
+        """The full result (gold included, as stored for the job); callers show it via ``shown``."""
+        request = apply_tenant_judge(request, tenant)
+        task, text = self.prepare(request)
+        return await self._grade_prepared(request, task, text, tenant)
+
+    async def _grade_prepared(self, request: GradeRequest, task: Task, text: str, tenant: Tenant) -> GradeResult:
+        inline = task.grading in INLINE_KINDS
+        if inline and request.request_id is None:
+            return self.grade_now(task, text, request)
+        digest = body_digest(request.model_dump_json(exclude={"request_id", "wait"}))
+        try:
+            claim = await self.jobs.claim(tenant.name, request.request_id, digest)
+        except QueueUnavailable:
+            if not inline:
+                raise
+            # Inline grading is deterministic: answer without the idempotency record rather than fail.
+            return self.grade_now(task, text, request)
+        if claim.new:
+            if inline:
+                result = self.grade_now(task, text, request)
+                result.job_id = claim.job_id
+                await self.jobs.store(tenant.name, claim.job_id, result)
+                return result
+            work = QueuedGrading(kind=task.grading, run=lambda: self.grade_now(task, text, request),
+                                 payload=lambda: job_payload(request, tenant.name))
+            await self.jobs.enqueue(tenant.name, claim.job_id, work, tenant.max_in_flight)
+        wait = self.settings.queue.default_wait if request.wait is None else request.wait
+        view = await self.job(tenant, claim.job_id, wait)
+        if view is None:  # the claim expired between the calls: treat as gone rather than guess
+            raise ApiError(404, "unknown_job", "the job for this request is no longer known")
+        if view.result is not None:
+            return view.result
+        raise JobPending(view.job_id, view.status)
+
+    async def grade_many(self, requests: Sequence[GradeRequest],
+                         tenant: Tenant = LOCAL_TENANT) -> list[GradeResult | JobPending]:
+        """Grade in order; a bad item becomes an unscored invalid_request, not a failed batch;
+        an item still queued when its wait ends is returned as JobPending.
+
+        Inline items are graded in chunks on a worker thread: a batch of thousands graded on
+        the event loop would hold every other request back for seconds."""
+        results: list[GradeResult | JobPending | None] = [None] * len(requests)
+        inline: list[tuple[int, Task, str, GradeRequest]] = []
+        others: list[tuple[int, Task, str, GradeRequest]] = []
+        # Every item is checked before any is graded or queued, so a batch holding judge items
+        # without a usable judge is refused whole, up front.
+        for i, request in enumerate(requests):
+            try:
+                request = apply_tenant_judge(request, tenant)
+                task, text = self.prepare(request)
+            except ApiError as problem:
+                results[i] = self._refused(request, problem)
+                continue
+            if task.grading in INLINE_KINDS and request.request_id is None:
+                inline.append((i, task, text, request))
+            else:  # queued kinds, and idempotent items, go through the job store
+                others.append((i, task, text, request))
+
+        for start in range(0, len(inline), INLINE_CHUNK):
+            chunk = inline[start : start + INLINE_CHUNK]
+            graded = await anyio.to_thread.run_sync(self._grade_chunk, chunk)
+            for (i, *_), result in zip(chunk, graded, strict=True):
+                results[i] = self.shown(result, tenant)
+
+        async def one(task: Task, text: str, request: GradeRequest) -> GradeResult | JobPending:
+            try:
+                return await self._grade_prepared(request, task, text, tenant)
+            except JobPending as pending:
+                return pending
+            except ApiError as problem:
+                return self._refused(request, problem)
+
+        queued = await asyncio.gather(*(one(t, x, r) for _, t, x, r in others))
+        for (i, *_), outcome in zip(others, queued, strict=True):
+            results[i] = outcome
+        return [r for r in results if r is not None]
+
+    def _grade_chunk(self, chunk: Sequence[tuple[int, Task, str, GradeRequest]]) -> list[GradeResult]:
+        return [self.grade_now(task, text, request) for _, task, text, request in chunk]
+
+    @staticmethod
+    def _refused(request: GradeRequest, problem: ApiError) -> GradeResult:
+        if problem.status in (429, 503) or problem.error == "judge_unavailable":
+            raise problem  # these concern the whole batch: back off, or name a judge
+        return GradeResult(task_id=request.task_id, grading="unknown", outcome=Outcome.invalid_request,
+                           reward=0.0, explanation=problem.detail)

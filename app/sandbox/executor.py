@@ -1,0 +1,139 @@
+"""Run one case in one ready child: send the case, watch the result channel and the captured
+output under the wall-clock limit, then destroy the child whatever happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from app.sandbox.launch import Child, read_messages, stderr_tail
+
+if TYPE_CHECKING:
+    from app.settings import SandboxSettings
+
+_KEEP_OUTPUT = 4096  # bytes of each stream kept for the verdict's evidence
+
+
+@dataclass
+class CaseRun:
+    """What the parent observed. ``status``: finished (the reporter's final message arrived),
+    timeout (wall clock), output_limit, crashed (the sandbox vanished after candidate code
+    started) or sandbox_fault (nothing of the candidate ran)."""
+
+    status: str
+    final: dict[str, Any] | None = None
+    armed: dict[str, Any] | None = None
+    stdout: str = ""
+    stderr: str = ""
+    output_bytes: int = 0
+    wall_seconds: float = 0.0
+    fault: str | None = None
+    tier: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def case_request(
+    source: str, entry: str, args: list[Any], kwargs: dict[str, Any], sb: SandboxSettings
+) -> bytes:
+    return json.dumps({
+        "source": source,
+        "entry": entry,
+        "args": args,
+        "kwargs": kwargs,
+        "limits": {
+            "cpu_seconds": sb.cpu_seconds,
+            "address_space_bytes": sb.address_space_bytes,
+            "max_processes": sb.max_processes,
+            "max_open_files": sb.max_open_files,
+            "max_file_bytes": sb.max_file_bytes,
+        },
+    }).encode()
+
+
+def _send_request(child: Child, request: bytes) -> str | None:
+    stdin = child.popen.stdin
+    assert stdin is not None
+    try:
+        stdin.write(request)
+        stdin.close()
+    except (BrokenPipeError, OSError) as exc:
+        return f"could not send the case: {exc.__class__.__name__}"
+    return None
+
+
+def run_in_child(child: Child, request: bytes, sb: SandboxSettings) -> CaseRun:
+    tier = child.tier + ("+seccomp" if child.seccomp else "")
+    start = time.monotonic()
+    fault = _send_request(child, request)
+    if fault:
+        return CaseRun("sandbox_fault", fault=f"{fault}: {stderr_tail(child)}", tier=tier)
+    deadline = start + sb.wall_seconds
+    out = {"stdout": bytearray(), "stderr": bytearray()}
+    total = 0
+    run = CaseRun("timeout", tier=tier)
+    sel = selectors.DefaultSelector()
+    sel.register(child.result_fd, selectors.EVENT_READ, "result")
+    sel.register(child.popen.stdout, selectors.EVENT_READ, "stdout")  # type: ignore[arg-type]
+    sel.register(child.popen.stderr, selectors.EVENT_READ, "stderr")  # type: ignore[arg-type]
+    try:
+        while run.final is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                run.status = "timeout"
+                break
+            events = sel.select(remaining)
+            for key, _ in events:
+                if key.data == "result":
+                    if not read_messages(child, 0):
+                        sel.unregister(child.result_fd)
+                        run.status = "crashed" if run.armed else "sandbox_fault"
+                        run.final = {}
+                        break
+                    for msg in child.lines:
+                        if msg.get("kind") == "armed" and run.armed is None:
+                            run.armed = msg
+                        elif msg.get("kind") == "final":
+                            run.final = msg
+                            run.status = "finished"
+                    child.lines.clear()
+                    continue
+                try:
+                    data = os.read(key.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                total += len(data)
+                buf = out[key.data]
+                if len(buf) < _KEEP_OUTPUT:
+                    buf += data[: _KEEP_OUTPUT - len(buf)]
+                if total > sb.max_output_bytes:
+                    run.status = "output_limit"
+                    run.final = {}
+                    break
+    finally:
+        sel.close()
+    if run.final == {}:
+        run.final = None
+    if run.status == "sandbox_fault":
+        run.fault = f"the child exited before running the candidate: {stderr_tail(child) or 'no message'}"
+    elif run.status == "finished" and run.final and run.final.get("stage", 0) < 2:
+        run.status = "sandbox_fault"
+        run.fault = "the harness stopped before running the candidate"
+    run.wall_seconds = time.monotonic() - start
+    run.output_bytes = total
+    run.stdout = out["stdout"].decode(errors="replace")
+    run.stderr = out["stderr"].decode(errors="replace")
+    if run.status in ("timeout", "output_limit"):
+        # Stop it now rather than in destroy(): the verdict should not wait on a busy child.
+        try:
+            os.killpg(child.popen.pid, signal.SIGKILL)
+        except OSError:
+            child.popen.kill()
+    return run

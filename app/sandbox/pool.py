@@ -1,0 +1,275 @@
+"""The process-wide sandbox: tier probe, warm pool, and the one call graders use.
+
+A warm child has already started Python inside its isolation tier and imported numpy (and JAX,
+for the ``jax`` profile); it waits for exactly one case, is destroyed afterwards, and a
+background thread starts its replacement. Fresh-process-per-case semantics are unchanged: no two
+cases ever share a process, a uid or a working directory."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.sandbox.executor import CaseRun, case_request, run_in_child
+from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, spawn, wait_ready
+from app.sandbox.plan import Plan, build_plan
+from app.sandbox.uids import UidPool, shared_uid_pool
+
+if TYPE_CHECKING:
+    from app.settings import SandboxSettings
+
+log = logging.getLogger(__name__)
+_PROBE_SOURCE = "def probe(a, b):\n    return a * b\n"
+_REPROBE_AFTER_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Tier:
+    isolation: str  # "bubblewrap" or "plain"
+    seccomp: bool
+
+    @property
+    def name(self) -> str:
+        return self.isolation + ("+seccomp" if self.seccomp else "")
+
+
+def candidate_tiers(sb: SandboxSettings) -> list[Tier]:
+    """Tiers to try, strongest first, as far as the settings allow."""
+    isolations = ["bubblewrap", "plain"] if sb.tier == "auto" else [sb.tier]
+    seccomps = {"auto": [True, False], "require": [True], "off": [False]}[sb.seccomp]
+    return [Tier(i, s) for i in isolations for s in seccomps]
+
+
+class Sandbox:
+    def __init__(self, sb: SandboxSettings) -> None:
+        self.settings = sb
+        self._plan: Plan | None = None
+        self._uids: UidPool | None = None
+        self._tier: Tier | None = None
+        self._probe_report: list[dict[str, Any]] = []
+        self._probe_failed: tuple[float, str] | None = None  # when and why no tier started
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
+        self._warm: dict[str, deque[Child]] = {}
+        self._starting: dict[str, int] = {}
+        self._closed = False
+        self._refiller: threading.Thread | None = None
+        # However many grades run at once, the host runs at most this many cases.
+        self._slots = threading.BoundedSemaphore(sb.max_concurrent_cases)
+
+    # ------------------------------------------------------------------ tier
+
+    def _ensure_plan(self) -> Plan:
+        if self._plan is None:
+            self._plan = build_plan(self.settings.python, self.settings.packages)
+            if self._plan.is_root:
+                self._uids = shared_uid_pool(self.settings.uid_base, self.settings.uid_count)
+        return self._plan
+
+    def _probe_one(self, tier: Tier) -> None:
+        child = spawn(self._ensure_plan(), self.settings, tier.isolation, tier.seccomp, "bare", self._uids)
+        try:
+            wait_ready(child, self.settings.start_timeout_seconds)
+            request = case_request(_PROBE_SOURCE, "probe", [6, 7], {}, self.settings)
+            run = run_in_child(child, request, self.settings)
+        finally:
+            destroy(child, self._uids)
+        result = (run.final or {}).get("result") or {}
+        if run.status != "finished" or result.get("value") != 42:
+            raise SandboxFault(run.fault or f"probe case ended {run.status}")
+        if bool((run.armed or {}).get("seccomp")) != tier.seccomp:
+            raise SandboxFault("seccomp was not applied")
+
+    def tier(self) -> Tier:
+        """The strongest tier whose probe child really ran a case (probed once)."""
+        with self._lock:
+            if self._tier is not None:
+                return self._tier
+            if self._probe_failed and time.monotonic() - self._probe_failed[0] < _REPROBE_AFTER_SECONDS:
+                raise SandboxFault(self._probe_failed[1])  # fail fast instead of re-probing per case
+            report = []
+            for tier in candidate_tiers(self.settings):
+                try:
+                    self._probe_one(tier)
+                except (SandboxFault, OSError, RuntimeError) as exc:
+                    report.append({"tier": tier.name, "ok": False, "error": str(exc)[:300]})
+                    continue
+                report.append({"tier": tier.name, "ok": True})
+                self._tier = tier
+                break
+            self._probe_report = report
+            if self._tier is None:
+                why = "no sandbox tier can start a child: " + "; ".join(
+                    f"{r['tier']}: {r.get('error')}" for r in report)
+                self._probe_failed = (time.monotonic(), why)
+                raise SandboxFault(why)
+            log.info("sandbox tier in force: %s", self._tier.name)
+            return self._tier
+
+    def status(self) -> dict[str, Any]:
+        try:
+            tier = self.tier().name
+            ok = True
+        except SandboxFault:
+            tier, ok = None, False
+        with self._lock:
+            warm = {p: len(q) for p, q in self._warm.items()}
+        return {"ok": ok, "tier": tier, "probes": list(self._probe_report), "warm": warm}
+
+    # ------------------------------------------------------------------ warm pool
+
+    def _spawn_ready(self, profile: str) -> Child:
+        tier = self.tier()
+        child = spawn(self._ensure_plan(), self.settings, tier.isolation, tier.seccomp, profile, self._uids)
+        try:
+            wait_ready(child, self.settings.start_timeout_seconds)
+        except BaseException:
+            destroy(child, self._uids)
+            raise
+        return child
+
+    def _refill_loop(self) -> None:
+        failures = 0
+        while True:
+            with self._cv:
+                while not self._closed and not self._needy():
+                    self._cv.wait()
+                if self._closed:
+                    return
+                profile = self._needy()
+                assert profile is not None
+                self._starting[profile] = self._starting.get(profile, 0) + 1
+            try:
+                child = self._spawn_ready(profile)
+            except (SandboxFault, OSError, RuntimeError) as exc:
+                if self._closed:  # shutting down: the interpreter may be half torn down
+                    return
+                failures += 1
+                log.warning("warm child for %s failed to start: %s", profile, exc)
+                child = None
+                time.sleep(min(5.0, 0.1 * 2**failures))
+            with self._cv:
+                self._starting[profile] -= 1
+                if child is not None:
+                    failures = 0
+                    if self._closed:
+                        destroy(child, self._uids)
+                        return
+                    self._warm[profile].append(child)
+                    self._cv.notify_all()
+
+    def _needy(self) -> str | None:
+        for profile, queue in self._warm.items():
+            if len(queue) + self._starting.get(profile, 0) < self.settings.warm_pool_size:
+                return profile
+        return None
+
+    def _start_refiller(self) -> None:
+        # Called with the lock held. The thread lives as long as the sandbox: bubblewrap's
+        # --die-with-parent follows the *thread* that started a child, so it must not exit.
+        if self._refiller is None and self.settings.warm_pool_size > 0:
+            self._refiller = threading.Thread(target=self._refill_loop, name="sandbox-refill", daemon=True)
+            self._refiller.start()
+
+    def _take(self, profile: str) -> Child:
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}")
+        stale: list[Child] = []
+        with self._cv:
+            if self._closed:
+                raise SandboxFault("the sandbox is shut down")
+            queue = self._warm.setdefault(profile, deque())
+            self._start_refiller()
+            child = None
+            while queue and child is None:
+                child = queue.popleft()
+                if child.popen.poll() is not None:  # died while idle (OOM killer, operator)
+                    stale.append(child)
+                    child = None
+            self._cv.notify_all()
+        for dead in stale:
+            destroy(dead, self._uids)
+        if child is not None:
+            return child
+        return self._spawn_ready(profile)  # cold start: nothing warm right now
+
+    def prewarm(self, profile: str, timeout: float = 120.0) -> None:
+        """Block until the pool holds warm children for profile (benchmarks, start-up)."""
+        self.tier()
+        with self._cv:
+            self._warm.setdefault(profile, deque())
+            self._start_refiller()
+            self._cv.notify_all()
+            self._cv.wait_for(lambda: len(self._warm[profile]) >= self.settings.warm_pool_size, timeout)
+
+    # ------------------------------------------------------------------ the one call
+
+    def run(self, source: str, entry: str, args: list[Any], kwargs: dict[str, Any] | None = None,
+            profile: str = "numpy") -> CaseRun:
+        """Run source's entry(*args, **kwargs) in a fresh isolated child. Never raises for
+        sandbox trouble: a child that cannot start is a ``sandbox_fault`` run."""
+        request = case_request(source, entry, args, kwargs or {}, self.settings)
+        with self._slots:
+            return self._run(request, profile)
+
+    def _run(self, request: bytes, profile: str) -> CaseRun:
+        run = CaseRun("sandbox_fault")
+        # One retry: a fault happens before any candidate code runs, so a second child is safe
+        # and keeps one unlucky child (killed while idle, say) from costing a grade.
+        for _attempt in range(2):
+            try:
+                child = self._take(profile)
+            except (SandboxFault, OSError, RuntimeError) as exc:
+                tier = self._tier.name if self._tier else "none"
+                return CaseRun("sandbox_fault", fault=str(exc)[:500], tier=tier)
+            try:
+                run = run_in_child(child, request, self.settings)
+            finally:
+                destroy(child, self._uids)
+            run.extra["uid"] = child.uid
+            if run.status != "sandbox_fault":
+                break
+            log.warning("sandbox fault, retrying the case once: %s", run.fault)
+        return run
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._closed = True
+            children = [c for q in self._warm.values() for c in q]
+            for q in self._warm.values():
+                q.clear()
+            self._cv.notify_all()
+        for child in children:
+            with contextlib.suppress(Exception):
+                destroy(child, self._uids)
+        if self._plan is not None:
+            self._plan.cleanup()
+
+
+_instances: dict[str, Sandbox] = {}
+_instances_lock = threading.Lock()
+
+
+def get_sandbox(sb: SandboxSettings) -> Sandbox:
+    """The process-wide sandbox for these settings, created on first use."""
+    key = sb.model_dump_json()
+    with _instances_lock:
+        box = _instances.get(key)
+        if box is None:
+            box = _instances[key] = Sandbox(sb)
+        return box
+
+
+@atexit.register
+def shutdown_all() -> None:
+    with _instances_lock:
+        boxes = list(_instances.values())
+        _instances.clear()
+    for box in boxes:
+        box.shutdown()
