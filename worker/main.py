@@ -18,6 +18,7 @@ from rq.serializers import JSONSerializer
 from rq.timeouts import UnixSignalDeathPenalty
 from rq.worker import WorkerStatus
 
+from app.jobs import presence
 from app.jobs.redis_jobs import sync_connection
 from app.settings import Settings
 
@@ -40,6 +41,18 @@ class DeadlinePenalty(UnixSignalDeathPenalty):
 class GradingWorker(SimpleWorker):
     death_penalty_class = DeadlinePenalty
     heartbeat_grace = 3
+    presence: str | None = None  # JSON record published with every heartbeat (app.jobs.presence)
+    presence_ttl = 10
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        super().heartbeat(timeout, pipeline)
+        if self.presence is not None:
+            connection = pipeline if pipeline is not None else self.connection
+            connection.set(presence.key(self.name), self.presence, ex=self.presence_ttl)
+
+    def register_death(self) -> None:
+        super().register_death()
+        self.connection.delete(presence.key(self.name))
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return int(self.job_monitoring_interval) + self.heartbeat_grace
@@ -75,17 +88,30 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
         name=name,
         job_monitoring_interval=max(1, math.ceil(settings.queue.heartbeat_interval)),
         maintenance_interval=settings.queue.maintenance_interval,
+        # RQ blocks an idle worker in BLPOP for worker_ttl - 15 seconds and only then beats and
+        # runs maintenance: a few seconds, not RQ's default 405, so an idle worker both shows as
+        # live and re-queues a dead worker's job within seconds.
+        worker_ttl=15 + settings.queue.maintenance_interval,
     )
     worker.heartbeat_grace = settings.queue.heartbeat_grace
+    worker.presence_ttl = worker.dequeue_timeout + worker.job_monitoring_interval + settings.queue.heartbeat_grace
     return worker
 
 
 def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None) -> int:
     worker = build_worker(settings, queues, name)
+    sandbox = None
     if "impl" in queues:
         from app.graders.impl import sandbox_status
 
-        # Probe the isolation tiers and start the warm pool before taking the first job.
-        log.info("sandbox: %s", sandbox_status(settings))
+        # Probe the isolation tiers before taking the first job, and say which one is in force.
+        sandbox = sandbox_status(settings)
+        log.info("worker %s: sandbox tier %s (minimum %s); probes: %s", worker.name, sandbox["tier"],
+                 sandbox["min_tier"], sandbox["probes"])
+        if not sandbox["meets_min_tier"]:
+            log.error("worker %s: sandbox tier %s is below the required minimum %s: impl jobs will be "
+                      "refused (sandbox_error), not run in a weaker sandbox", worker.name, sandbox["tier"],
+                      sandbox["min_tier"])
+    worker.presence = presence.record(worker.name, queues, sandbox)
     worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
     return 0
