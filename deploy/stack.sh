@@ -100,7 +100,9 @@ tenants() {
   if [ ! -s "$STATE/api-key" ]; then
     (umask 077 && python3 -c 'import secrets; print("sg_" + secrets.token_urlsafe(32))' >"$STATE/api-key")
   fi
-  local digest
+  local digest judge_urls
+  # the tenant may name the judges the deployment allows (a JSON list is a TOML array too)
+  judge_urls=${JUDGE_ALLOWED_BASE_URLS:-'["http://judge:8000/v1"]'}
   digest=$(python3 -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.read().strip().encode()).hexdigest())' \
     <"$STATE/api-key")
   cat >"$STATE/tenants.toml" <<TOML
@@ -111,7 +113,20 @@ key_sha256 = ["$digest"]
 rate_per_second = ${TENANT_RATE:-200}
 burst = ${TENANT_BURST:-400}
 max_in_flight = ${TENANT_MAX_IN_FLIGHT:-512}
+judge_base_urls = $judge_urls
 TOML
+  if [ "${STACK_TEST:-0}" = 1 ]; then
+    # The tests' second tenant: a burst of 3 and a slow refill, to meet the rate limit (429).
+    [ -s "$STATE/limited-key" ] \
+      || (umask 077 && python3 -c 'import secrets; print("sg_" + secrets.token_urlsafe(32))' >"$STATE/limited-key")
+    cat >>"$STATE/tenants.toml" <<TOML
+[[tenant]]
+name = "limited"
+key_sha256 = ["$(python3 -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.read().strip().encode()).hexdigest())' <"$STATE/limited-key")"]
+rate_per_second = 0.05
+burst = 3
+TOML
+  fi
   chmod 0644 "$STATE/tenants.toml"  # digests only; the api container's uid must read it
   export TENANTS_FILE=$PWD/$STATE/tenants.toml
 }
@@ -154,6 +169,10 @@ up() {
   else
     # shellcheck disable=SC2046  # one service name per word
     compose up -d --no-build $(compose config --services | grep -vx worker) >&2
+    # started afresh, so they run with the current images and settings
+    local old
+    old=$(worker_containers)
+    [ -z "$old" ] || docker rm -f $old >/dev/null
     scale_workers "$WORKERS"
   fi
   wait_ready || { compose ps >&2; compose logs --tail 30 >&2; exit 1; }

@@ -26,6 +26,14 @@ log = logging.getLogger(__name__)
 QUEUES = ("impl", "judge")
 
 
+class _QuietMaintenance(logging.Filter):
+    """Maintenance runs every few seconds here (RQ's default is minutes); its per-queue INFO line
+    would fill the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "cleaning registries" not in str(record.msg)
+
+
 class GradingDeadline(BaseException):
     """A job ran past its backstop deadline. BaseException, so no broad handler inside the job
     can swallow it."""
@@ -99,6 +107,9 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
 
 
 def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None) -> int:
+    if not logging.getLogger().handlers:  # RQ configures only its own logger, in work()
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("rq.worker").addFilter(_QuietMaintenance())
     worker = build_worker(settings, queues, name)
     sandbox = None
     if "impl" in queues:
