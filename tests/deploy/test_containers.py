@@ -4,10 +4,12 @@ command the images run exists in the CLI."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import tomllib
 
+import pytest
 import yaml
 
 from app.cli import build_parser
@@ -59,3 +61,56 @@ def test_example_tenants_file_loads() -> None:
     tomllib.loads((ROOT / "deploy" / "tenants.example.toml").read_text())
     tenants = load_tenants(ROOT / "deploy" / "tenants.example.toml")
     assert {t.name for t in tenants.values()} == {"team-a"}
+
+
+def test_worker_can_run_bubblewrap_without_privileges() -> None:
+    worker = COMPOSE["services"]["worker"]
+    assert not worker.get("privileged") and "cap_add" not in worker
+    # bubblewrap's fresh /proc needs Docker's /proc masks lifted (see the comment in the file)
+    assert "systempaths=unconfined" in worker["security_opt"]
+    env = COMPOSE["x-grader-env"]
+    assert env["SCALING_GRADER_SANDBOX__MIN_TIER"].endswith("bubblewrap}")  # fails closed by default
+    assert env["SCALING_GRADER_SANDBOX__SECCOMP"] == "require"
+
+
+def test_compose_has_a_configurable_judge_allow_list_and_binds_loopback() -> None:
+    env = COMPOSE["x-grader-env"]
+    allow = env["SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS"]
+    assert allow.startswith("${JUDGE_ALLOWED_BASE_URLS:-")
+    assert json.loads(allow.split(":-", 1)[1].rstrip("}")) == ["http://judge:8000/v1"]
+    for name in ("api", "worker"):
+        assert COMPOSE["services"][name]["environment"]["SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS"] == allow
+    assert COMPOSE["services"]["api"]["ports"] == ["${BIND:-127.0.0.1}:${PORT:-8000}:8000"]
+    assert "ports" not in COMPOSE["services"]["redis"]  # Redis stays on the compose network
+
+
+def test_images_take_the_base_as_a_build_argument_and_own_the_book_cache() -> None:
+    for dockerfile in (ROOT / "docker").glob("*.Dockerfile"):
+        text = dockerfile.read_text()
+        assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", text, re.M), dockerfile.name
+        assert re.findall(r"^FROM (\S+)", text, re.M) == ["${BASE_IMAGE}", "${BASE_IMAGE}"]
+        # every volume mount point of the compose file under /home/grader exists, owned by uid 10001
+        assert "install -d -o 10001 -g 10001 /home/grader/.cache/scaling-grader/book" in text
+        assert "--no-index" in text  # no network inside the build: the host's wheelhouse only
+        assert not re.search(r"\b(gcc|build-essential|g\+\+|clang)\b", text)
+
+
+def test_compose_v1_worker_translation_keeps_every_hardening_option() -> None:
+    from deploy.worker_run import run_args
+
+    # as `docker-compose config` prints it: env_file already folded into environment
+    service = {k: v for k, v in COMPOSE["services"]["worker"].items() if k != "env_file"}
+    config = {"services": {"worker": {**service, "environment": {"A": "1"}}}, "volumes": COMPOSE["volumes"]}
+    args = run_args(config, "proj", 3)
+    pairs = set(itertools.pairwise(args))
+    assert {("--cap-drop", "ALL"), ("--user", "10001:10001"), ("--pids-limit", "1024"), ("--memory", "8g"),
+            ("--security-opt", "systempaths=unconfined"), ("--security-opt", "no-new-privileges:true"),
+            ("--security-opt", "seccomp=docker/seccomp-worker.json"), ("--security-opt", "apparmor=unconfined"),
+            ("--name", "proj_worker_3"), ("--network", "proj_default"), ("--env", "A=1"),
+            ("--label", "com.docker.compose.service=worker")} <= pairs
+    assert "--read-only" in args and args[-1] == COMPOSE["services"]["worker"]["image"]
+    assert ("--volume", "proj_book-cache:/home/grader/.cache/scaling-grader") in pairs
+    # a hardening option the translation does not know must stop the start, not vanish
+    config["services"]["worker"]["devices"] = ["/dev/fuse"]
+    with pytest.raises(SystemExit, match="devices"):
+        run_args(config, "proj", 1)
