@@ -6,6 +6,7 @@
 #                            stack started and waited for; prints the URL and `API key: <key>`
 #   deploy/stack.sh down     containers, networks and volumes removed
 #   deploy/stack.sh scale N  start or remove workers until N run (the stack must be up)
+#   deploy/stack.sh workers N  N workers only, for a worker host (REDIS_URL names the API host's Redis)
 #   deploy/stack.sh test     up with tests/stack/compose.test.yml (fake judge, short heartbeats),
 #                            the end-to-end tests in tests/stack, then down
 # Variables: PORT (8000), WORKERS (2), STACK_NAME (compose project, scaling-grader), KEEP_STACK=1
@@ -221,10 +222,24 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   test) mkdir -p "$STATE" && run_tests ;;
+  workers)  # workers N: a worker-only host; REDIS_URL names the Redis of the API host
+    [ -n "${REDIS_URL:-}" ] || { log "set REDIS_URL=redis://:PASSWORD@API_HOST:6379/0"; exit 2; }
+    engine
+    deploy/images.sh
+    load_images
+    export TENANTS_FILE=/dev/null BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+    if compose_v2; then
+      compose up -d --no-build --no-deps --scale "worker=$2" worker >&2
+    else
+      docker network inspect "${COMPOSE_PROJECT_NAME}_default" >/dev/null 2>&1 \
+        || docker network create "${COMPOSE_PROJECT_NAME}_default" >/dev/null
+      scale_workers "$2"
+    fi
+    log "$(worker_containers | wc -l) workers started; check their sandbox tier with: docker logs NAME" ;;
   scale)  # scale N: used by the tests (scaling on the fly); loads the same settings as up
     load_images
     [ "${STACK_TEST:-0}" = 1 ] && COMPOSE_FILES+=(-f "$TEST_OVERLAY")
     export TENANTS_FILE=$PWD/$STATE/tenants.toml BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
     scale_workers "$2" ;;
-  *) echo "usage: $0 engine|up|down|test|scale N" >&2; exit 2 ;;
+  *) echo "usage: $0 engine|up|down|test|scale N|workers N" >&2; exit 2 ;;
 esac
