@@ -69,9 +69,11 @@ stack: docker-engine
 stack-down:
 	deploy/stack.sh down
 
-# End-to-end tests against a running stack (with a fake judge on the compose network).
+# End-to-end tests against a running stack (with a fake judge on the compose network), on a port
+# of its own so a development server on $(PORT) does not clash.
+TEST_STACK_PORT ?= 18080
 test-stack: $(VENV)/.test docker-engine
-	PORT=$(PORT) PYTEST=$(BIN)/pytest deploy/stack.sh test
+	PORT=$(TEST_STACK_PORT) PYTEST=$(BIN)/pytest deploy/stack.sh test
 
 clean:
 	rm -rf $(VENV) .pytest_cache

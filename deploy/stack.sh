@@ -9,7 +9,8 @@
 #   deploy/stack.sh workers N  N workers only, for a worker host (REDIS_URL names the API host's Redis)
 #   deploy/stack.sh test     up with tests/stack/compose.test.yml (fake judge, short heartbeats),
 #                            the end-to-end tests in tests/stack, then down
-# Variables: PORT (8000), WORKERS (2), STACK_NAME (compose project, scaling-grader), KEEP_STACK=1
+# Variables: PORT (8000), WORKERS (2), STACK_NAME (compose project, scaling-grader), EXTRA_COMPOSE
+# (more compose files, space-separated), KEEP_STACK=1
 # (test: leave the stack running), PYTEST (test: the pytest to run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,7 @@ export PORT=${PORT:-8000}
 export COMPOSE_PROJECT_NAME=${STACK_NAME:-scaling-grader}
 WORKERS=${WORKERS:-2}
 COMPOSE_FILES=(-f docker-compose.yml)
+for extra in ${EXTRA_COMPOSE:-}; do COMPOSE_FILES+=(-f "$extra"); done  # e.g. deploy/compose.redis-published.yml
 TEST_OVERLAY=tests/stack/compose.test.yml
 
 log() { echo "stack: $*" >&2; }

@@ -73,14 +73,12 @@ def test_worker_cut_off_the_network_has_its_job_finished_by_another(client: http
         # heartbeat 1 s, grace 2 s: well past it the job must be re-queued and finished elsewhere
         results = collect(client, [job_id], timeout=120)
         finisher = stack.job_worker(job_id)
-        held = run("docker", "inspect", "-f", "{{.State.Running}}", container)
     finally:
         run("docker", "network", "connect", "--alias", "worker", stack.network, container, check=False)
     assert results, "the job of the cut-off worker was never finished"
     body = results[job_id]
     assert body["status"] == "finished" and body["result"]["reward"] == 1.0
     assert finisher != holder and body["result"]["details"]["attempt"] >= 2
-    assert held in ("true", "false")
     _restore(stack)
 
 
