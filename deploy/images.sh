@@ -95,7 +95,7 @@ wheelhouse() {
 
 build() {  # build IMAGE DOCKERFILE BASE
   log "building $1"
-  docker build -q -f "$2" --build-arg "BASE_IMAGE=$3" -t "$1" . >/dev/null \
+  docker build -q --force-rm -f "$2" --build-arg "BASE_IMAGE=$3" -t "$1" . >/dev/null \
     2> >(grep -v -e "legacy builder is deprecated" -e "BuildKit is currently disabled" -e "environment-variable" \
          -e '^$' >&2)
 }
