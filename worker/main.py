@@ -55,12 +55,12 @@ class GradingWorker(SimpleWorker):
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         super().heartbeat(timeout, pipeline)
         if self.presence is not None:
-            connection = pipeline if pipeline is not None else self.connection
-            connection.set(presence.key(self.name), self.presence, ex=self.presence_ttl)
+            presence.publish(pipeline if pipeline is not None else self.connection, self.name, self.presence,
+                             self.presence_ttl)
 
     def register_death(self) -> None:
         super().register_death()
-        self.connection.delete(presence.key(self.name))
+        presence.withdraw(self.connection, self.name)
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return int(self.job_monitoring_interval) + self.heartbeat_grace
