@@ -1,4 +1,5 @@
 # Two commands: `make serve` and `make test`. Each sets up what it needs first.
+# The container stack: `make stack`, `make stack-down`, `make test-stack` (docs/deployment.md).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ ifneq ($(BOOK_MIRROR_DIR),)
 export SCALING_GRADER_BOOK_MIRROR ?= $(abspath $(BOOK_MIRROR_DIR))
 endif
 
-.PHONY: serve test test-fast typecheck lint bench bench-smoke system-deps check-dashboards clean
+.PHONY: serve test test-fast typecheck lint bench bench-smoke system-deps check-dashboards clean docker-engine images stack stack-down test-stack
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -75,6 +76,27 @@ lint: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(BIN)/python -m bench
+
+# Docker Engine and compose from Debian's packages when missing (as root), dockerd started in the
+# background when not running; base images, host wheelhouse and the api and worker images.
+docker-engine:
+	deploy/stack.sh engine
+
+images: docker-engine
+	deploy/images.sh
+
+# API on 127.0.0.1:$(PORT), Redis with AOF, two workers and a test tenant; prints the URL and key.
+stack: docker-engine
+	PORT=$(PORT) deploy/stack.sh up
+
+stack-down:
+	deploy/stack.sh down
+
+# End-to-end tests against a running stack (with a fake judge on the compose network), on a port
+# of its own so a development server on $(PORT) does not clash.
+TEST_STACK_PORT ?= 18080
+test-stack: $(VENV)/.test docker-engine
+	PORT=$(TEST_STACK_PORT) PYTEST=$(BIN)/pytest deploy/stack.sh test
 
 clean:
 	rm -rf $(VENV) .pytest_cache

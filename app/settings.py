@@ -93,6 +93,9 @@ class SandboxSettings(BaseModel):
     tier: Literal["auto", "bubblewrap", "plain"] = "auto"
     # "auto": apply the seccomp deny-list when libseccomp loads; "require": fail closed without it.
     seccomp: Literal["auto", "require", "off"] = "auto"
+    # The weakest isolation this deployment accepts (plain < bubblewrap). A process whose strongest
+    # working tier is weaker refuses impl grades (sandbox_error, code not run): never a silent downgrade.
+    min_tier: Literal["plain", "bubblewrap"] = "plain"
     python: Path | None = None  # interpreter for children; default: the one running the service
     packages: tuple[str, ...] = ("numpy", "jax")  # made importable in the child, with their deps
     wall_seconds: float = Field(15.0, gt=0)

@@ -1,18 +1,35 @@
 # The worker image: RQ worker for the impl and judge queues. Candidate code runs in one-shot
 # `python -I` children under bubblewrap; the container itself is hardened in docker-compose.yml
 # (non-root, read-only root, tmpfs for sandboxes, no capabilities, no-new-privileges, seccomp).
-FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
-RUN apt-get update \
- && apt-get install -y --no-install-recommends bubblewrap \
- && rm -rf /var/lib/apt/lists/*
-RUN useradd --create-home --uid 10001 grader
-WORKDIR /srv
-COPY pyproject.toml README.md ./
-COPY app ./app
-COPY worker ./worker
-RUN pip install '.[jax]'
+#
+# Built like docker/api.Dockerfile: no network, packages from the host's wheelhouse, BASE_IMAGE
+# a Debian-family image with python3 (the host's minor version) and its venv module.
+ARG BASE_IMAGE=python:3.11-slim
+
+FROM ${BASE_IMAGE} AS install
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+COPY .build/wheels /wheels
+COPY pyproject.toml docker/requirements.py /src/
+RUN python3 -m venv /opt/venv \
+ && python3 /src/requirements.py /src/pyproject.toml jax > /src/requirements.txt \
+ && /opt/venv/bin/pip install -q --no-index --find-links /wheels -r /src/requirements.txt
+COPY README.md /src/
+COPY app /src/app
+COPY worker /src/worker
+RUN /opt/venv/bin/pip install -q --no-index --no-deps --no-build-isolation /src
+
+FROM ${BASE_IMAGE}
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
+# bubblewrap is the strongest sandbox tier. The local base built from Debian's packages has it
+# already; on the public Python image it comes from Debian's packages (the one step there that
+# needs the network). No compiler is installed: candidate code never builds anything.
+RUN command -v bwrap >/dev/null \
+ || (apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*)
+RUN useradd --create-home --uid 10001 --user-group grader \
+ && install -d -o 10001 -g 10001 /home/grader/.cache/scaling-grader/book
+COPY --from=install /opt/venv /opt/venv
 USER grader
+WORKDIR /home/grader
 ENV SCALING_GRADER_BOOK_CACHE=/home/grader/.cache/scaling-grader/book TMPDIR=/tmp
 HEALTHCHECK --interval=15s --timeout=5s --retries=3 \
   CMD python -c "import os, redis; redis.Redis.from_url(os.environ['SCALING_GRADER_REDIS_URL']).ping()"

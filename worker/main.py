@@ -19,12 +19,21 @@ from rq.timeouts import UnixSignalDeathPenalty
 from rq.worker import WorkerStatus
 
 from app.graders.impl import sandbox_status
+from app.jobs import presence
 from app.jobs.worker_registry import record_sandbox_tier
 from app.redis_link import sync_connection
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
 QUEUES = ("impl", "judge")
+
+
+class _QuietMaintenance(logging.Filter):
+    """Maintenance runs every few seconds here (RQ's default is minutes); its per-queue INFO line
+    would fill the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "cleaning registries" not in str(record.msg)
 
 
 class GradingDeadline(BaseException):
@@ -47,6 +56,19 @@ class GradingWorker(SimpleWorker):
     def register_birth(self) -> None:
         super().register_birth()
         record_sandbox_tier(self.connection, self.key, self.sandbox_tier)  # for the status page
+
+    presence: str | None = None  # JSON record published with every heartbeat (app.jobs.presence)
+    presence_ttl = 10
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        super().heartbeat(timeout, pipeline)
+        if self.presence is not None:
+            presence.publish(pipeline if pipeline is not None else self.connection, self.name, self.presence,
+                             self.presence_ttl)
+
+    def register_death(self) -> None:
+        super().register_death()
+        presence.withdraw(self.connection, self.name)
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return int(self.job_monitoring_interval) + self.heartbeat_grace
@@ -82,17 +104,32 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
         name=name,
         job_monitoring_interval=max(1, math.ceil(settings.queue.heartbeat_interval)),
         maintenance_interval=settings.queue.maintenance_interval,
+        # RQ blocks an idle worker in BLPOP for worker_ttl - 15 seconds and only then beats and
+        # runs maintenance: a few seconds, not RQ's default 405, so an idle worker both shows as
+        # live and re-queues a dead worker's job within seconds.
+        worker_ttl=15 + settings.queue.maintenance_interval,
     )
     worker.heartbeat_grace = settings.queue.heartbeat_grace
+    worker.presence_ttl = worker.dequeue_timeout + worker.job_monitoring_interval + settings.queue.heartbeat_grace
     return worker
 
 
 def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None) -> int:
+    if not logging.getLogger().handlers:  # RQ configures only its own logger, in work()
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("rq.worker").addFilter(_QuietMaintenance())
     worker = build_worker(settings, queues, name)
+    sandbox = None
     if "impl" in queues:
-        # Probe the isolation tiers and start the warm pool before taking the first job.
-        status = sandbox_status(settings)
-        log.info("sandbox: %s", status)
-        worker.sandbox_tier = status.get("tier") or "unavailable"
+        # Probe the isolation tiers before taking the first job, and say which one is in force.
+        sandbox = sandbox_status(settings)
+        log.info("worker %s: sandbox tier %s (minimum %s); probes: %s", worker.name, sandbox["tier"],
+                 sandbox["min_tier"], sandbox["probes"])
+        worker.sandbox_tier = sandbox.get("tier") or "unavailable"
+        if not sandbox["meets_min_tier"]:
+            log.error("worker %s: sandbox tier %s is below the required minimum %s: impl jobs will be "
+                      "refused (sandbox_error), not run in a weaker sandbox", worker.name, sandbox["tier"],
+                      sandbox["min_tier"])
+    worker.presence = presence.record(worker.name, queues, sandbox)
     worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
     return 0

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.jobs.presence import live_workers
 from app.observability import READY, REGISTRY
 
 router = APIRouter(tags=["health"])
@@ -32,7 +33,15 @@ async def readyz(request: Request) -> JSONResponse:
         checks[name] = {"ok": ok, "info": info}
         ready = ready and ok
     READY.set(1 if ready else 0)
-    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+    body: dict[str, Any] = {"ready": ready, "checks": checks}
+    redis = getattr(request.app.state.grading.jobs, "async_redis", None)
+    if redis is not None:
+        # Informational: the API can queue work with no worker up, so this never fails readiness.
+        try:
+            body["workers"] = await live_workers(redis)
+        except Exception:  # Redis trouble is already reported by the queue check
+            body["workers"] = []
+    return JSONResponse(body, status_code=200 if ready else 503)
 
 
 @router.get("/metrics")

@@ -22,6 +22,7 @@ from app.graders.impl_jax import TrustedCheckFailed, established_shardings, meet
 from app.graders.impl_source import denied_imports, extract_code
 from app.graders.impl_verdict import NOTHING, CaseVerdict, Reason, assess
 from app.graders.result import GradeResult, Outcome
+from app.graders.tier_policy import meets_minimum, refusal
 from app.sandbox import get_sandbox
 
 if TYPE_CHECKING:
@@ -89,6 +90,12 @@ def grade_source(exercise: Exercise, source: str, *, all_or_nothing: bool, setti
     sb = settings.sandbox
     box = get_sandbox(sb)
     details: dict[str, Any] = {"exercise": exercise.name, "entry": exercise.entry, "case_seed": seed}
+    if sb.min_tier != "plain":  # fail closed: never run the code in a weaker tier than required
+        tier = box.status()["tier"]
+        refused = refusal(tier, sb.min_tier)
+        if refused:
+            details |= {"sandbox_tier": tier, "min_tier": sb.min_tier}
+            return _result(Outcome.sandbox_error, 0.0, refused, details)
     if sb.ast_guard:
         denied = denied_imports(source)
         if denied:
@@ -148,5 +155,10 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
 
 
 def sandbox_status(settings: Settings) -> dict[str, Any]:
-    """For /readyz: the tier in force (probing once) and the warm pool's state."""
-    return get_sandbox(settings.sandbox).status()
+    """For /readyz and worker start-up: the tier in force (probing once), the warm pool's state,
+    and whether the tier meets the deployment's minimum (not ok when it does not)."""
+    status = get_sandbox(settings.sandbox).status()
+    status["min_tier"] = settings.sandbox.min_tier
+    status["meets_min_tier"] = meets_minimum(status.get("tier"), settings.sandbox.min_tier)
+    status["ok"] = bool(status.get("ok")) and status["meets_min_tier"]
+    return status

@@ -1,0 +1,30 @@
+"""The minimum sandbox tier a deployment accepts (``SCALING_GRADER_SANDBOX__MIN_TIER``).
+
+Tiers are ranked by isolation only; seccomp is required separately (``SANDBOX__SECCOMP=require``).
+A process whose strongest working tier ranks below the minimum refuses impl grades with a clear
+reason instead of running candidate code in a weaker sandbox than the operator asked for."""
+
+from __future__ import annotations
+
+# Weakest first. A gVisor tier would rank after bubblewrap.
+TIER_ORDER = ("plain", "bubblewrap")
+
+
+def isolation_of(tier_name: str) -> str:
+    """``bubblewrap+seccomp`` -> ``bubblewrap``."""
+    return tier_name.split("+", 1)[0]
+
+
+def meets_minimum(tier_name: str | None, minimum: str) -> bool:
+    """True when the tier in force (None: no tier starts) is at least as strong as minimum."""
+    if not tier_name or isolation_of(tier_name) not in TIER_ORDER:
+        return False
+    return TIER_ORDER.index(isolation_of(tier_name)) >= TIER_ORDER.index(minimum)
+
+
+def refusal(tier_name: str | None, minimum: str) -> str | None:
+    """Why impl grading is refused here, or None when the tier in force is acceptable."""
+    if meets_minimum(tier_name, minimum):
+        return None
+    have = f"the strongest sandbox tier that works here is {tier_name}" if tier_name else "no sandbox tier works here"
+    return f"{have}, below the minimum tier '{minimum}' this deployment requires; the code was not run"

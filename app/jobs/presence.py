@@ -1,0 +1,65 @@
+"""Live workers as the API sees them. Each worker publishes a small JSON record (its name, host,
+queues and sandbox tier) with every RQ heartbeat, under a key whose TTL is a few heartbeats: a
+worker that dies or loses Redis drops out of the listing within seconds, without any clean-up.
+Worker names are also kept in one sorted set (scored by last beat), so listing never scans the
+keyspace, however many results Redis holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+from app.jobs import keys
+
+_PREFIX = f"{keys.PREFIX}:worker:"
+NAMES = f"{keys.PREFIX}:workers"  # sorted set: worker name -> time of its last beat
+_FORGET_AFTER_SECONDS = 3600  # names silent this long are dropped from the set
+
+
+def key(worker_name: str) -> str:
+    return _PREFIX + worker_name
+
+
+def publish(connection: Any, worker_name: str, record_json: str, ttl: int) -> None:
+    """One beat (connection may be a pipeline)."""
+    connection.set(key(worker_name), record_json, ex=ttl)
+    connection.zadd(NAMES, {worker_name: time.time()})
+
+
+def withdraw(connection: Any, worker_name: str) -> None:
+    connection.delete(key(worker_name))
+    connection.zrem(NAMES, worker_name)
+
+
+def record(worker_name: str, queues: tuple[str, ...], sandbox: dict[str, Any] | None) -> str:
+    """The JSON a worker publishes; sandbox is impl's sandbox_status (None without the impl queue)."""
+    return json.dumps({
+        "name": worker_name,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "queues": list(queues),
+        "sandbox_tier": sandbox.get("tier") if sandbox else None,
+        "min_tier": sandbox.get("min_tier") if sandbox else None,
+        "meets_min_tier": sandbox.get("meets_min_tier") if sandbox else None,
+        "started_at": int(time.time()),
+    })
+
+
+async def live_workers(redis: Any, limit: int = 1000) -> list[dict[str, Any]]:
+    """Records of the workers whose presence key has not expired, sorted by name."""
+    await redis.zremrangebyscore(NAMES, "-inf", time.time() - _FORGET_AFTER_SECONDS)
+    names = await redis.zrevrange(NAMES, 0, limit - 1)
+    if not names:
+        return []
+    workers = []
+    for raw in await redis.mget([key(n.decode() if isinstance(n, bytes) else n) for n in names]):
+        if raw is None:  # expired between the scan and the read
+            continue
+        try:
+            workers.append(json.loads(raw))
+        except ValueError:
+            continue
+    return sorted(workers, key=lambda w: str(w.get("name")))

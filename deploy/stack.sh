@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# The single-host stack (docker-compose.yml):
+#   deploy/stack.sh engine   Docker Engine and compose: installed from Debian's packages when
+#                            missing (as root); dockerd started in the background when not running
+#   deploy/stack.sh up       images (deploy/images.sh), a tenants file with a test tenant, the
+#                            stack started and waited for; prints the URL and `API key: <key>`
+#   deploy/stack.sh down     containers, networks and volumes removed
+#   deploy/stack.sh scale N  start or remove workers until N run (the stack must be up)
+#   deploy/stack.sh workers N  N workers only, for a worker host (REDIS_URL names the API host's Redis)
+#   deploy/stack.sh test     up with tests/stack/compose.test.yml (fake judge, short heartbeats),
+#                            the end-to-end tests in tests/stack, then down
+# Variables: PORT (8000), WORKERS (2), STACK_NAME (compose project, scaling-grader), EXTRA_COMPOSE
+# (more compose files, space-separated), KEEP_STACK=1
+# (test: leave the stack running), PYTEST (test: the pytest to run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD=.build
+STATE=$BUILD/stack
+export PORT=${PORT:-8000}
+export COMPOSE_PROJECT_NAME=${STACK_NAME:-scaling-grader}
+WORKERS=${WORKERS:-2}
+COMPOSE_FILES=(-f docker-compose.yml)
+for extra in ${EXTRA_COMPOSE:-}; do COMPOSE_FILES+=(-f "$extra"); done  # e.g. deploy/compose.redis-published.yml
+TEST_OVERLAY=tests/stack/compose.test.yml
+
+log() { echo "stack: $*" >&2; }
+
+engine() {
+  local missing=()
+  command -v docker >/dev/null || missing+=(docker.io)
+  command -v dockerd >/dev/null || missing+=(docker.io)
+  if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then
+    missing+=(docker-compose)
+  fi
+  if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+      || { log "missing: ${missing[*]} (install them, or run as root on Debian)"; exit 1; }
+    log "installing ${missing[*]} from Debian's packages"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if docker info >/dev/null 2>&1; then return; fi
+  [ "$(id -u)" = 0 ] || { log "the Docker daemon is not running and only root can start it here"; exit 1; }
+  # No init system to ask: dockerd runs in the background, its log beside the other Docker files.
+  log "starting dockerd (log: /var/log/dockerd.log)"
+  nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+  for _ in $(seq 60); do
+    docker info >/dev/null 2>&1 && return
+    sleep 1
+  done
+  log "dockerd did not start; see /var/log/dockerd.log"
+  exit 1
+}
+
+compose_v2() { docker compose version >/dev/null 2>&1; }
+
+compose() {
+  if compose_v2; then
+    docker compose "${COMPOSE_FILES[@]}" "$@"
+  else
+    docker-compose "${COMPOSE_FILES[@]}" "$@"
+  fi
+}
+
+worker_containers() {
+  docker ps -a --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" \
+    --filter "label=com.docker.compose.service=worker" --format '{{.Names}}' | sort
+}
+
+scale_workers() {  # scale_workers N: start or remove worker containers until N run
+  local want=$1
+  if compose_v2; then
+    compose up -d --no-build --no-recreate --scale "worker=$want" worker >&2
+    return
+  fi
+  # Compose v1 cannot express systempaths=unconfined: workers are started with `docker run` from
+  # the compose file's own worker settings (deploy/worker_run.py says why).
+  local n have config
+  config=$(compose config)
+  for n in $(seq "$want"); do
+    have=$(docker ps -aq --filter "name=^${COMPOSE_PROJECT_NAME}_worker_${n}\$")
+    [ -n "$have" ] && continue
+    mapfile -t args < <(/usr/bin/python3 deploy/worker_run.py "$COMPOSE_PROJECT_NAME" "$n" <<<"$config")
+    docker run "${args[@]}" >/dev/null
+  done
+  for name in $(worker_containers); do
+    [ "${name##*_}" -gt "$want" ] && docker rm -f "$name" >/dev/null
+  done
+  return 0
+}
+
+load_images() {
+  set -a
+  # shellcheck disable=SC1091
+  . "$BUILD/images.env"
+  set +a
+}
+
+tenants() {
+  # A tenants file with one test tenant; its key is kept (0600) so a re-run prints the same one.
+  mkdir -p "$STATE"
+  if [ ! -s "$STATE/api-key" ]; then
+    (umask 077 && python3 -c 'import secrets; print("sg_" + secrets.token_urlsafe(32))' >"$STATE/api-key")
+  fi
+  local digest judge_urls
+  # the tenant may name the judges the deployment allows (a JSON list is a TOML array too)
+  judge_urls=${JUDGE_ALLOWED_BASE_URLS:-'["http://judge:8000/v1"]'}
+  digest=$(python3 -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.read().strip().encode()).hexdigest())' \
+    <"$STATE/api-key")
+  cat >"$STATE/tenants.toml" <<TOML
+# Written by deploy/stack.sh: the test tenant of a local stack.
+[[tenant]]
+name = "test"
+key_sha256 = ["$digest"]
+rate_per_second = ${TENANT_RATE:-200}
+burst = ${TENANT_BURST:-400}
+max_in_flight = ${TENANT_MAX_IN_FLIGHT:-512}
+judge_base_urls = $judge_urls
+TOML
+  if [ "${STACK_TEST:-0}" = 1 ]; then
+    # The tests' second tenant: a burst of 3 and a slow refill, to meet the rate limit (429).
+    [ -s "$STATE/limited-key" ] \
+      || (umask 077 && python3 -c 'import secrets; print("sg_" + secrets.token_urlsafe(32))' >"$STATE/limited-key")
+    cat >>"$STATE/tenants.toml" <<TOML
+[[tenant]]
+name = "limited"
+key_sha256 = ["$(python3 -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.read().strip().encode()).hexdigest())' <"$STATE/limited-key")"]
+rate_per_second = 0.05
+burst = 3
+TOML
+  fi
+  chmod 0644 "$STATE/tenants.toml"  # digests only; the api container's uid must read it
+  export TENANTS_FILE=$PWD/$STATE/tenants.toml
+}
+
+wait_ready() {
+  # Ready: /readyz answers 200 and lists WORKERS live workers, each with its sandbox tier.
+  local url="http://127.0.0.1:$PORT/readyz"
+  python3 - "$url" "$WORKERS" "${READY_TIMEOUT:-300}" <<'PY'
+import json, sys, time, urllib.error, urllib.request
+url, want, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+deadline, last = time.monotonic() + timeout, "no answer"
+while time.monotonic() < deadline:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            body = json.load(r)
+        workers = body.get("workers", [])
+        if len(workers) >= want and all(w.get("sandbox_tier") for w in workers):
+            for w in workers:
+                print(f"stack: worker {w['name']} on {w['hostname']}: sandbox tier {w['sandbox_tier']}"
+                      f" (minimum {w['min_tier']})", file=sys.stderr)
+            sys.exit(0)
+        last = f"{len(workers)} of {want} workers live"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        last = str(exc)
+    time.sleep(1)
+sys.exit(f"stack: not ready after {timeout:.0f} s ({last}); see the container logs")
+PY
+}
+
+up() {
+  engine
+  deploy/images.sh
+  load_images
+  tenants
+  mkdir -p "$STATE/no-mirror"
+  export BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+  log "starting $COMPOSE_PROJECT_NAME with $WORKERS workers"
+  if compose_v2; then
+    compose up -d --no-build --remove-orphans --scale "worker=$WORKERS" >&2
+  else
+    # shellcheck disable=SC2046  # one service name per word
+    compose up -d --no-build $(compose config --services | grep -vx worker) >&2
+    # started afresh, so they run with the current images and settings
+    local old
+    old=$(worker_containers)
+    [ -z "$old" ] || docker rm -f $old >/dev/null
+    scale_workers "$WORKERS"
+  fi
+  wait_ready || { compose ps >&2; compose logs --tail 30 >&2; exit 1; }
+  echo "URL: http://127.0.0.1:$PORT"
+  echo "API key: $(cat "$STATE/api-key")"
+}
+
+down() {
+  engine
+  [ -f "$BUILD/images.env" ] && load_images
+  export TENANTS_FILE=${TENANTS_FILE:-$PWD/$STATE/tenants.toml} BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+  # With the test overlay too, so its services go as well.
+  COMPOSE_FILES+=(-f "$TEST_OVERLAY")
+  compose down --volumes --remove-orphans --timeout 5 >&2
+  # workers started with `docker run` carry the project's labels; remove any left over
+  local left
+  left=$(worker_containers)
+  [ -z "$left" ] || docker rm -f $left >/dev/null
+}
+
+run_tests() {
+  COMPOSE_FILES+=(-f "$TEST_OVERLAY")
+  # The offline book mirror, when the checkout has one, serves the judge's source passages.
+  if [ -n "${SCALING_GRADER_BOOK_MIRROR:-}" ] && [ -d "$SCALING_GRADER_BOOK_MIRROR" ]; then
+    BOOK_MIRROR=$(cd "$SCALING_GRADER_BOOK_MIRROR" && pwd -P)
+    export BOOK_MIRROR STACK_BOOK_MIRROR=1
+  fi
+  export STACK_TEST=1
+  [ "${KEEP_STACK:-0}" = 1 ] || trap 'down' EXIT
+  local started=$SECONDS
+  up >"$STATE.up.log" || { cat "$STATE.up.log"; exit 1; }
+  log "stack up in $((SECONDS - started)) s"
+  STACK_URL="http://127.0.0.1:$PORT" STACK_API_KEY=$(cat "$STATE/api-key") STACK_WORKERS=$WORKERS \
+    STACK_COMPOSE="$(compose_command)" \
+    "${PYTEST:-pytest}" -q -p no:cacheprovider tests/stack
+}
+
+compose_command() {
+  # The compose invocation the tests use for faults (kill, restart, scale), as one line.
+  if docker compose version >/dev/null 2>&1; then echo "docker compose ${COMPOSE_FILES[*]}"
+  else echo "docker-compose ${COMPOSE_FILES[*]}"; fi
+}
+
+case "${1:-}" in
+  engine) engine ;;
+  up) up ;;
+  down) down ;;
+  test) mkdir -p "$STATE" && run_tests ;;
+  workers)  # workers N: a worker-only host; REDIS_URL names the Redis of the API host
+    [ -n "${REDIS_URL:-}" ] || { log "set REDIS_URL=redis://:PASSWORD@API_HOST:6379/0"; exit 2; }
+    engine
+    deploy/images.sh
+    load_images
+    export TENANTS_FILE=/dev/null BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+    if compose_v2; then
+      compose up -d --no-build --no-deps --scale "worker=$2" worker >&2
+    else
+      docker network inspect "${COMPOSE_PROJECT_NAME}_default" >/dev/null 2>&1 \
+        || docker network create "${COMPOSE_PROJECT_NAME}_default" >/dev/null
+      scale_workers "$2"
+    fi
+    log "$(worker_containers | wc -l) workers started; check their sandbox tier with: docker logs NAME" ;;
+  scale)  # scale N: used by the tests (scaling on the fly); loads the same settings as up
+    load_images
+    [ "${STACK_TEST:-0}" = 1 ] && COMPOSE_FILES+=(-f "$TEST_OVERLAY")
+    export TENANTS_FILE=$PWD/$STATE/tenants.toml BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+    scale_workers "$2" ;;
+  *) echo "usage: $0 engine|up|down|test|scale N|workers N" >&2; exit 2 ;;
+esac

@@ -1,0 +1,87 @@
+"""Translate the worker service of `docker-compose config` (YAML on stdin) into `docker run`
+arguments, one per line, for one worker container.
+
+Why: Debian's docker-compose (1.29) cannot express `security_opt: systempaths=unconfined` (the
+Docker CLI and Compose v2 turn it into empty masked/read-only path lists; the Engine API refuses
+it as a raw option), and bubblewrap needs it inside the worker (see docker-compose.yml). So with
+Compose v1, deploy/stack.sh starts workers with `docker run` from the compose file's own settings,
+labelled as the project's worker service so `down` removes them. Every key of the service must
+be translated or known to be irrelevant: an unknown key is an error, so no hardening option can be
+dropped silently.
+
+    docker-compose config | python3 deploy/worker_run.py PROJECT NUMBER
+"""
+
+from __future__ import annotations
+
+import sys
+
+import yaml
+
+IGNORED = {"build", "depends_on", "healthcheck"}  # built already; started after redis; image's own
+
+
+def _env(value: object) -> list[str]:
+    if isinstance(value, dict):
+        return [f"{k}={'' if v is None else v}" for k, v in value.items()]
+    return [str(v) for v in value or []]
+
+
+def _volume(spec: str, project: str, named: set[str]) -> str:
+    source, _, rest = spec.partition(":")
+    if source in named:  # a named volume of the project
+        source = f"{project}_{source}"
+    return f"{source}:{rest}"
+
+
+def run_args(config: dict, project: str, number: int) -> list[str]:
+    svc = config["services"]["worker"]
+    named = set(config.get("volumes") or {})
+    args = [
+        "--detach", "--name", f"{project}_worker_{number}",
+        "--network", f"{project}_default", "--network-alias", "worker",
+        "--label", f"com.docker.compose.project={project}",
+        "--label", "com.docker.compose.service=worker",
+        "--label", "com.docker.compose.oneoff=False",
+        "--label", f"com.docker.compose.container-number={number}",
+    ]
+    for key, value in svc.items():
+        if key in IGNORED or key == "image" or key == "command":
+            continue
+        if key == "environment":
+            for item in _env(value):
+                args += ["--env", item]
+        elif key == "volumes":
+            for spec in value:
+                args += ["--volume", _volume(spec, project, named)]
+        elif key == "tmpfs":
+            for spec in [value] if isinstance(value, str) else value:
+                args += ["--tmpfs", spec]
+        elif key == "cap_drop":
+            args += [a for cap in value for a in ("--cap-drop", cap)]
+        elif key == "cap_add":
+            args += [a for cap in value for a in ("--cap-add", cap)]
+        elif key == "security_opt":
+            # compose v1 writes seccomp:PATH; the CLI reads the profile from PATH itself
+            args += [a for opt in value for a in ("--security-opt", opt.replace("seccomp:", "seccomp=", 1))]
+        elif key == "read_only":
+            args += ["--read-only"] if value else []
+        elif key == "user":
+            args += ["--user", str(value)]
+        elif key == "pids_limit":
+            args += ["--pids-limit", str(value)]
+        elif key == "mem_limit":
+            args += ["--memory", str(value)]
+        elif key == "restart":
+            args += ["--restart", str(value)]
+        else:
+            raise SystemExit(f"worker_run.py: no translation for the worker option {key!r}")
+    args.append(svc["image"])
+    command = svc.get("command")
+    if command:
+        args += command if isinstance(command, list) else ["sh", "-c", command]
+    return args
+
+
+if __name__ == "__main__":
+    print("\n".join(run_args(yaml.safe_load(sys.stdin), sys.argv[1], int(sys.argv[2]))))

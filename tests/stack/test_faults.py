@@ -1,0 +1,99 @@
+"""Faults across containers: a worker container killed mid-batch, Redis restarted mid-queue, a
+worker cut off the network longer than its heartbeat, and a worker added on the fly. No job a
+client submitted may be lost or counted twice. (Runs after test_api.py: these tests disturb
+the stack and leave it with its workers back up.)"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+
+from tests.stack.stack import RIGHT, WRONG, Stack, collect, run, slow_right, submit
+
+
+def _restore(stack: Stack) -> None:
+    """Bring every worker container back up and wait until they are all live again."""
+    for container in stack.containers("worker", running=False):
+        run("docker", "start", container, check=False)
+    stack.wait_for_workers(stack.workers)
+
+
+def test_kill_9_of_a_worker_container_during_60_impl_jobs(client: httpx.Client, stack: Stack) -> None:
+    tag = uuid.uuid4().hex[:8]
+    expected = {}
+    for i in range(60):
+        right = i % 4 != 0
+        expected[submit(client, RIGHT if right else WRONG, f"kill-{tag}-{i}")] = 1.0 if right else 0.0
+    assert len(expected) == 60
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(collect(client, list(expected), 0)) < 5:
+        time.sleep(0.5)
+    victim = stack.containers("worker")[0]
+    run("docker", "kill", "--signal", "KILL", victim)
+    try:
+        results = collect(client, list(expected), timeout=420)
+    finally:
+        _restore(stack)
+    assert len(results) == 60, f"only {len(results)} of 60 results arrived"
+    for job_id, body in results.items():
+        assert body["status"] == "finished"
+        assert body["result"]["reward"] == expected[job_id], body["result"]["explanation"]
+    # none ran twice, except the one job the killed worker held (re-run by another worker)
+    reruns = sum(body["result"]["details"]["attempt"] - 1 for body in results.values())
+    assert reruns <= 1
+
+
+def test_restarting_redis_mid_queue_loses_no_queued_job(client: httpx.Client, stack: Stack) -> None:
+    tag = uuid.uuid4().hex[:8]
+    ids = [submit(client, RIGHT, f"redis-{tag}-{i}") for i in range(20)]
+    time.sleep(1.5)  # past appendfsync everysec: the queue is on disk
+    queued = int(stack.redis_cli("llen", "rq:queue:impl"))
+    assert queued > 0, "the workers emptied the queue before the restart; nothing was tested"
+    run("docker", "restart", "--time", "5", stack.containers("redis")[0])
+    results = collect(client, ids, timeout=420)
+    assert len(results) == 20, f"only {len(results)} of 20 results arrived after the restart"
+    assert all(b["status"] == "finished" and b["result"]["reward"] == 1.0 for b in results.values())
+    stack.wait_for_workers(stack.workers)
+
+
+def test_worker_cut_off_the_network_has_its_job_finished_by_another(client: httpx.Client, stack: Stack) -> None:
+    stack.wait_for_workers(stack.workers)
+    job_id = submit(client, slow_right(3), f"netsplit-{uuid.uuid4().hex[:8]}")
+    deadline = time.monotonic() + 60
+    holder = ""
+    while time.monotonic() < deadline and not holder:
+        holder = stack.job_worker(job_id)
+        time.sleep(0.2)
+    assert holder, "no worker started the job"
+    container = stack.container_of(holder)
+    run("docker", "network", "disconnect", stack.network, container)
+    try:
+        # heartbeat 1 s, grace 2 s: well past it the job must be re-queued and finished elsewhere
+        results = collect(client, [job_id], timeout=120)
+        finisher = stack.job_worker(job_id)
+    finally:
+        run("docker", "network", "connect", "--alias", "worker", stack.network, container, check=False)
+    assert results, "the job of the cut-off worker was never finished"
+    body = results[job_id]
+    assert body["status"] == "finished" and body["result"]["reward"] == 1.0
+    assert finisher != holder and body["result"]["details"]["attempt"] >= 2
+    _restore(stack)
+
+
+def test_scaling_workers_from_2_to_3_on_the_fly(client: httpx.Client, stack: Stack) -> None:
+    before = {w["name"] for w in stack.wait_for_workers(stack.workers)}
+    stack.scale_workers(stack.workers + 1)
+    try:
+        after = {w["name"] for w in stack.wait_for_workers(stack.workers + 1)}
+        (newcomer,) = after - before
+        tag = uuid.uuid4().hex[:8]
+        ids = [submit(client, RIGHT, f"scale-{tag}-{i}") for i in range(12)]
+        results = collect(client, ids, timeout=300)
+        assert len(results) == 12 and all(b["result"]["reward"] == 1.0 for b in results.values())
+        ran_on = {stack.job_worker(job_id) for job_id in ids}
+        assert newcomer in ran_on, f"the new worker took none of the jobs (ran on {ran_on})"
+    finally:
+        stack.scale_workers(stack.workers)
+    stack.wait_for_workers(stack.workers)
