@@ -81,11 +81,25 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
 
 
 def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None) -> int:
+    if "impl" in queues:
+        from app.graders.sandbox.stop import plain_tier_error, remove_stale_leftovers
+
+        remove_stale_leftovers()
+        refusal = plain_tier_error(settings, worker=True)
+        if refusal:
+            log.error("refusing to start: %s", refusal)
+            return 2
     worker = build_worker(settings, queues, name)
     if "impl" in queues:
         from app.graders.impl import sandbox_status
 
         # Probe the isolation tiers and start the warm pool before taking the first job.
-        log.info("sandbox: %s", sandbox_status(settings))
-    worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+        status = sandbox_status(settings)
+        log.info("sandbox tier: %s, case limits: %s (%s)", status.get("tier"), status.get("limits"), status)
+    try:
+        worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+    finally:  # RQ's warm and cold shutdowns both come back here
+        from app.graders.sandbox.pool import shutdown_all
+
+        shutdown_all()
     return 0
