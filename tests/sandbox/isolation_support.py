@@ -7,7 +7,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from app.graders.impl_verdict import decode, judge_case
@@ -22,14 +21,6 @@ UNGUESSABLE = Case(args=(), expected="expected-" + os.urandom(6).hex())
 def observed(run: CaseRun) -> Any:
     result = (run.final or {}).get("result") or {}
     return decode(result.get("value")) if result.get("kind") == "value" else None
-
-
-def case_groups(box: Sandbox) -> list[Path]:
-    """The case control groups this sandbox has on the host right now."""
-    host = box._cgroups
-    if host is None:
-        return []
-    return [d for parent in host.parents.values() if parent.exists() for d in parent.iterdir() if d.is_dir()]
 
 
 def hostile(box: Sandbox, source: str, args: list[Any] | None = None, *,

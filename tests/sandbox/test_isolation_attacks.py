@@ -407,7 +407,7 @@ def test_every_process_of_a_case_is_in_its_control_group(tier: str) -> None:
         v1 = box._cgroups is not None and box._cgroups.version == 1
         lines = [line for line in groups.splitlines()
                  if (v1 and (":memory:" in line or ":pids:" in line)) or (not v1 and line.startswith("0::"))]
-        assert lines and all("/scaling-grader-" in line and "/case-" in line for line in lines), groups
+        assert lines and all("/scaling-grader-cases-" in line and "/case-" in line for line in lines), groups
 
 
 # ---------------------------------------------------------------- nothing survives a case

@@ -42,7 +42,7 @@ def _cgroup_parents_named(pid: int) -> list[Path]:
         return []
     bases = [p.parent for p in host.parents.values()]
     host.close()
-    return [d for base in bases for d in base.glob(f"scaling-grader-{pid}-*")]
+    return [d for base in bases for d in base.glob(f"scaling-grader-cases-{pid}-*")]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -79,7 +79,7 @@ def test_start_removes_leftovers_of_dead_services_only(tmp_path: Path) -> None:
     host = CgroupHost.detect()
     if host is not None:
         for parent in host.parents.values():
-            stale = parent.parent / "scaling-grader-1-0-0"
+            stale = parent.parent / "scaling-grader-cases-1-0-0"
             (stale / "case-0").mkdir(parents=True, exist_ok=True)
             stale_groups.append(stale)
         host.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import signal
 import threading
 import time
@@ -27,7 +28,10 @@ from pathlib import Path
 from app.graders.sandbox.owners import current_owner, owner_alive
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-PARENT_PREFIX = "scaling-grader-"
+PARENT_PREFIX = "scaling-grader-cases-"
+# Only groups named exactly like ours are ever removed as stale: other software on the host may
+# use similar names.
+_PARENT_NAME = re.compile(r"scaling-grader-cases-(\d+)-(\d+)-(\d+)")
 # cpuacct, not cpu: a group under the cpu controller is one scheduling entity, so every case
 # of this service together would weigh as much as one process of anyone else on the host.
 _V1_CONTROLLERS = ("memory", "pids", "cpuacct")
@@ -255,10 +259,10 @@ def remove_stale_parents(bases: dict[str, Path]) -> list[str]:
     for base in bases.values():
         with contextlib.suppress(OSError):
             for parent in base.iterdir():
-                if not parent.name.startswith(PARENT_PREFIX) or not parent.is_dir():
+                match = _PARENT_NAME.fullmatch(parent.name)
+                if match is None or not parent.is_dir():
                     continue
-                pid, start, *_ = [*parent.name[len(PARENT_PREFIX):].split("-"), "", ""]
-                if owner_alive(f"{pid} {start}") is not False:
+                if owner_alive(f"{match[1]} {match[2]}") is not False:
                     continue
                 cases = [d for d in parent.iterdir() if d.is_dir()]
                 if _kill_and_remove([*cases, parent]):
