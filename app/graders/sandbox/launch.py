@@ -284,13 +284,14 @@ def wait_ready(child: Child, timeout: float) -> dict[str, Any]:
     return first
 
 
-def reap_uid(uid: int) -> None:
+def reap_uid(uid: int) -> bool:
     """Kill every process of a dedicated uid: ``kill(-1)`` run as that uid reaches all of them
-    and nothing else. Repeated until /proc shows none (a dying process can linger briefly)."""
+    and nothing else. Repeated until /proc shows none (a dying process can linger briefly);
+    True once none is left."""
     kill = shutil.which("kill", path="/usr/bin:/bin")
     for _ in range(50):
         if not processes_of(uid):
-            return
+            return True
         if kill:
             subprocess.run([kill, "-KILL", "-1"], user=uid, group=uid, extra_groups=[],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
@@ -299,6 +300,7 @@ def reap_uid(uid: int) -> None:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
         time.sleep(0.01)
+    return not processes_of(uid)
 
 
 def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
@@ -320,19 +322,17 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
     with contextlib.suppress(OSError):
         os.close(child.result_fd)
     facts: dict[str, Any] = {}
-    emptied = False
     if child.cgroup is not None:
         facts["oom_kills"] = child.cgroup.oom_kills()
         facts["memory_limit_hits"] = child.cgroup.failcnt()
-        # Kills what is left in it first. Once removed, no process of the case is left anywhere:
-        # every one started inside the group, and an unprivileged process cannot leave it.
-        emptied = facts["cgroup_removed"] = child.cgroup.remove()
+        facts["cgroup_removed"] = child.cgroup.remove()  # kills what is left in it first
     if child.uid is not None:
-        if not emptied:  # a scan of /proc per round: the costly way to be sure
-            reap_uid(child.uid)
+        # Even after the group is gone a killed task may still be exiting: the uid goes back to
+        # the pool only when /proc shows none of its processes (one scan when all is quiet).
+        gone = reap_uid(child.uid)
         if child.tier == "plain":
             facts["left_behind"] = remove_leftovers_of(child.uid)
-        if uids is not None and (emptied or not processes_of(child.uid)):
+        if uids is not None and gone:
             uids.give_back(child.uid)
     if child.workdir:
         shutil.rmtree(child.workdir, ignore_errors=True)
