@@ -120,6 +120,17 @@ class SandboxSettings(BaseModel):
     uid_count: int = Field(4096, gt=0)
     python_guards: bool = True  # audit-hook guard inside the child (defence in depth)
     ast_guard: bool = True  # reject submissions importing obviously forbidden modules
+    shm_bytes: int = Field(16 * 1024**2, gt=0)  # bubblewrap tier: size of the private /dev/shm
+    # Limits for a case as a whole (all its processes, tmpfs pages included), by a control group
+    # per case when the service is root and the host's cgroups are writable; "off" keeps rlimits only.
+    cgroups: Literal["auto", "off"] = "auto"
+    case_memory_bytes: int = Field(2 * 1024**3, gt=0)  # beyond what the warm child holds
+    # (CPU_SECONDS then also bounds the CPU time of all the case's processes together.)
+    warm_memory_bytes: int = Field(4 * 1024**3, gt=0)  # a warming child (no candidate code yet)
+    warm_max_tasks: int = Field(512, gt=0)
+    # The plain tier (no namespaces) is refused at start for a multi-tenant service (tenants
+    # file set) unless this is true: its isolation is a uid, rlimits and seccomp only.
+    allow_plain: bool = False
 
 
 class ImplSettings(BaseModel):

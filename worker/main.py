@@ -22,6 +22,8 @@ from app.graders.impl import sandbox_status
 from app.jobs import presence
 from app.jobs.worker_registry import record_sandbox_tier
 from app.redis_link import sync_connection
+from app.sandbox.pool import shutdown_all
+from app.sandbox.stop import plain_tier_error, remove_stale_leftovers
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -118,18 +120,28 @@ def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = Fals
     if not logging.getLogger().handlers:  # RQ configures only its own logger, in work()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("rq.worker").addFilter(_QuietMaintenance())
+    if "impl" in queues:
+        remove_stale_leftovers()
+        refusal = plain_tier_error(settings, worker=True)
+        if refusal:
+            log.error("refusing to start: %s", refusal)
+            return 2
     worker = build_worker(settings, queues, name)
     sandbox = None
     if "impl" in queues:
-        # Probe the isolation tiers before taking the first job, and say which one is in force.
+        # Probe the isolation tiers and start the warm pool before taking the first job, and say
+        # which tier and which case limits are in force.
         sandbox = sandbox_status(settings)
-        log.info("worker %s: sandbox tier %s (minimum %s); probes: %s", worker.name, sandbox["tier"],
-                 sandbox["min_tier"], sandbox["probes"])
+        log.info("worker %s: sandbox tier %s (minimum %s), case limits %s; probes: %s", worker.name,
+                 sandbox["tier"], sandbox["min_tier"], sandbox.get("limits"), sandbox["probes"])
         worker.sandbox_tier = sandbox.get("tier") or "unavailable"
         if not sandbox["meets_min_tier"]:
             log.error("worker %s: sandbox tier %s is below the required minimum %s: impl jobs will be "
                       "refused (sandbox_error), not run in a weaker sandbox", worker.name, sandbox["tier"],
                       sandbox["min_tier"])
     worker.presence = presence.record(worker.name, queues, sandbox)
-    worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+    try:
+        worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+    finally:  # RQ's warm and cold shutdowns both come back here
+        shutdown_all()
     return 0

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import signal
 import sys
+from types import FrameType
 
 import uvicorn
 
+from app.sandbox.pool import shutdown_all
+from app.sandbox.stop import plain_tier_error, remove_stale_leftovers
 from app.settings import get_settings
 
 
@@ -49,6 +53,28 @@ def run(args: argparse.Namespace) -> int:
         print("several --workers need SCALING_GRADER_REDIS_URL: in embedded mode queued jobs live in one "
               "process. Run one worker, or set the Redis URL.", file=sys.stderr)
         return 2
+    if not settings.redis_url:  # embedded: submitted code runs in this process's sandboxes
+        remove_stale_leftovers()
+        refusal = plain_tier_error(settings)
+        if refusal:
+            print(f"refusing to start: {refusal}", file=sys.stderr)
+            return 2
+    install_stop_cleanup()
     uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
                 workers=args.workers, log_level=args.log_level, access_log=False)
     return 0
+
+
+def install_stop_cleanup() -> None:
+    """uvicorn handles SIGTERM/SIGINT itself and, once it has shut down, raises the signal
+    again with the handlers found at start: these. So atexit never runs on a stop; this removes
+    the sandbox's children, staging and case directories and control groups, then lets the
+    signal end the process as it would have."""
+
+    def on_stop(signum: int, _frame: FrameType | None) -> None:
+        shutdown_all()
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_stop)

@@ -1,8 +1,10 @@
-"""Seccomp deny-list for the candidate process, built with libseccomp through ctypes.
+"""Seccomp deny-list for every process of a sandbox, built with libseccomp through ctypes.
 
-Stdlib only: this file is concatenated into the harness that runs inside the sandbox. It is
-applied after numpy/JAX are initialised and immediately before candidate code runs, so the
-warm-up is unaffected and the filter covers everything the candidate can do."""
+Stdlib only: this file is concatenated into the harness that runs inside the sandbox. The harness
+installs it first thing, before it forks the reporter and the runner (``arm_seccomp_first``), so
+no process of the sandbox (the bubblewrap tier's pid 1 included) ever runs without it; the runner
+installs it once more immediately before candidate code runs. Nothing the warm-up of numpy or
+JAX needs is on the list."""
 
 import ctypes
 import ctypes.util
@@ -43,10 +45,17 @@ def _act_errno(code):
 
 def load_libseccomp():
     """The libseccomp handle, or None when the library is absent."""
-    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
-    try:
-        lib = ctypes.CDLL(name, use_errno=True)
-    except OSError:
+    # The usual soname first: find_library runs ldconfig in a subprocess, which costs a child
+    # start-up time for nothing on most hosts.
+    lib = None
+    for name in ("libseccomp.so.2", ctypes.util.find_library("seccomp")):
+        try:
+            lib = ctypes.CDLL(name, use_errno=True) if name else None
+        except OSError:
+            continue
+        if lib is not None:
+            break
+    if lib is None:
         return None
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
@@ -88,3 +97,23 @@ def install_seccomp(lib):
             raise OSError(-rc, "seccomp_load failed")
     finally:
         lib.seccomp_release(ctx)
+
+
+def arm_seccomp_first():
+    """Install the deny-list in the process the parent started, before the harness forks: the
+    reporter (the sandbox's pid 1 in the bubblewrap tier), the runner and everything they start
+    inherit it. Stops the child if it cannot be installed (the probe then refuses the tier)."""
+    import json
+    import os
+    import sys
+
+    if not json.loads(sys.argv[1]).get("seccomp"):
+        return
+    lib = load_libseccomp()
+    try:
+        if lib is None:
+            raise OSError("libseccomp is not available")
+        install_seccomp(lib)
+    except OSError as exc:
+        os.write(2, f"harness set-up failed: {exc!r}\n".encode())
+        os._exit(70)

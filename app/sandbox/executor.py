@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from app.settings import SandboxSettings
 
 _KEEP_OUTPUT = 4096  # bytes of each stream kept for the verdict's evidence
+_CPU_POLL_SECONDS = 0.2  # how often a case's total CPU time is checked, where a group has it
+_CASE_CPU_MARGIN = 1.25
 
 
 @dataclass
@@ -66,9 +68,38 @@ def _send_request(child: Child, request: bytes) -> str | None:
     return None
 
 
+def _arm_case_limits(child: Child, sb: SandboxSettings) -> dict[str, int] | str:
+    """The whole case's limits, set before it receives the case; an error text on failure."""
+    assert child.cgroup is not None
+    try:
+        return child.cgroup.arm(sb.case_memory_bytes, sb.max_processes)
+    except OSError as exc:
+        return f"could not set the case's control group limits: {exc.strerror or exc}"
+
+
+def _case_cpu_exceeded(child: Child, sb: SandboxSettings, run: CaseRun) -> bool:
+    """True once all the case's processes together have used more CPU than the case may (the
+    per-process RLIMIT_CPU alone would let each fork use the whole allowance)."""
+    assert child.cgroup is not None
+    try:
+        used = child.cgroup.cpu_seconds() - child.cgroup.cpu_at_arm
+    except (OSError, ValueError):
+        return False
+    run.extra["case_cpu_seconds"] = round(used, 3)
+    # The harness's own set-up after the case arrives (limits, filter, guards) is charged here
+    # too; the margin keeps an honest case that just fits RLIMIT_CPU from ending early.
+    return used > sb.cpu_seconds * _CASE_CPU_MARGIN + 0.5
+
+
 def run_in_child(child: Child, request: bytes, sb: SandboxSettings) -> CaseRun:
     tier = child.tier + ("+seccomp" if child.seccomp else "")
     start = time.monotonic()
+    case_limits: dict[str, int] | None = None
+    if child.cgroup is not None:
+        armed = _arm_case_limits(child, sb)
+        if isinstance(armed, str):
+            return CaseRun("sandbox_fault", fault=armed, tier=tier)
+        case_limits = armed
     fault = _send_request(child, request)
     if fault:
         return CaseRun("sandbox_fault", fault=f"{fault}: {stderr_tail(child)}", tier=tier)
@@ -86,12 +117,18 @@ def run_in_child(child: Child, request: bytes, sb: SandboxSettings) -> CaseRun:
             if remaining <= 0:
                 run.status = "timeout"
                 break
-            events = sel.select(remaining)
+            if case_limits is not None and _case_cpu_exceeded(child, sb, run):
+                run.status = "timeout"
+                break
+            events = sel.select(remaining if case_limits is None else min(remaining, _CPU_POLL_SECONDS))
             for key, _ in events:
                 if key.data == "result":
                     if not read_messages(child, 0):
                         sel.unregister(child.result_fd)
-                        run.status = "crashed" if run.armed else "sandbox_fault"
+                        if child.oversize:  # a result line past the cap: stop reading, kill
+                            run.status = "output_limit"
+                        else:
+                            run.status = "crashed" if run.armed else "sandbox_fault"
                         run.final = {}
                         break
                     for msg in child.lines:
@@ -128,6 +165,8 @@ def run_in_child(child: Child, request: bytes, sb: SandboxSettings) -> CaseRun:
         run.fault = "the harness stopped before running the candidate"
     run.wall_seconds = time.monotonic() - start
     run.output_bytes = total
+    if case_limits is not None:
+        run.extra["case_limits"] = case_limits
     run.stdout = out["stdout"].decode(errors="replace")
     run.stderr = out["stderr"].decode(errors="replace")
     if run.status in ("timeout", "output_limit"):

@@ -1,9 +1,12 @@
 """Start one sandbox child in a given isolation tier, and destroy it afterwards.
 
 Tiers: ``bubblewrap`` (new user, pid, ipc, uts, network, mount and cgroup namespaces; only the
-interpreter, the needed site-packages and system libraries bound read-only; a private size-capped
-tmpfs /tmp) and ``plain`` (a scrubbed ``python -I`` child). Both add the seccomp deny-list when
-asked, and, when the service is root, run under a dedicated unprivileged uid."""
+interpreter, the needed site-packages and system libraries bound read-only; read-only /dev and
+/proc; private size-capped tmpfs /tmp and /dev/shm; the harness itself is pid 1, so no process of
+bubblewrap's own runs inside) and ``plain`` (a scrubbed ``python -I`` child with a private
+working and temporary directory). Both add the seccomp deny-list when asked, installed before the
+harness forks so that it covers every process of the sandbox, and, when the service is root, run
+under a dedicated unprivileged uid in a control group of their own (see cgroups.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +17,16 @@ import select
 import shutil
 import signal
 import subprocess
-import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.sandbox.cgroups import CaseCgroup, CgroupHost
+from app.sandbox.leftovers import remove_leftovers_of
+from app.sandbox.owners import CASE_PREFIX, owned_tempdir
 from app.sandbox.plan import SITE_IN_SANDBOX, Plan
 from app.sandbox.uids import UidPool, processes_of
 
@@ -28,12 +34,22 @@ if TYPE_CHECKING:
     from app.settings import SandboxSettings
 
 SANDBOX_UID = 65534  # the uid the candidate sees inside the bubblewrap tier
-# Bind-mount each staged source onto its mountpoint, then exec the rest of argv. Only our own
-# paths are ever passed here, as positional parameters, never interpolated.
-_STAGE_SCRIPT = (
+# The root launcher: move itself into each control group of the case (so everything it execs
+# is in them from the first instruction), bind-mount each staged source onto its mountpoint,
+# then exec the rest of argv. Only our own paths are ever passed here, as positional
+# parameters, never interpolated.
+_LAUNCH_SCRIPT = (
+    'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 96; shift; done; shift; '
     'while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 97; shift 2; done; shift; exec "$@"'
 )
 PROFILES = ("bare", "numpy", "jax")
+# The reporter re-encodes the result frame as one JSON line; escaping can make it this many
+# times larger than the frame (a 4-byte float like 1e15 prints as 18 bytes).
+_MESSAGE_EXPANSION = 5
+_READ_CHUNK = 1 << 20
+# Children alive in this process, for shutdown on a stop signal (see pool.shutdown_all).
+_live: set[Child] = set()
+_live_lock = threading.Lock()
 
 
 class SandboxFault(Exception):
@@ -44,10 +60,17 @@ class SandboxFault(Exception):
 def harness_source() -> str:
     here = Path(__file__).parent
     parts = ("child_seccomp.py", "child_values.py", "child_runner.py", "child_harness.py")
-    return "\n".join([*((here / name).read_text() for name in parts), "main()\n"])
+    # The deny-list goes on before main() forks the reporter and the runner: no process of the
+    # sandbox ever runs without it (the runner adds it once more before the candidate runs).
+    return "\n".join([*((here / name).read_text() for name in parts), "arm_seccomp_first()\nmain()\n"])
 
 
-@dataclass
+def max_message_bytes(sb: SandboxSettings) -> int:
+    """The longest line the parent reads from a child's result channel before killing it."""
+    return _MESSAGE_EXPANSION * sb.max_result_bytes + (1 << 16)
+
+
+@dataclass(eq=False)
 class Child:
     popen: subprocess.Popen[bytes]
     result_fd: int
@@ -57,8 +80,12 @@ class Child:
     uid: int | None
     workdir: str | None
     started: float
+    cgroup: CaseCgroup | None = None
+    max_message: int = 1 << 20
     ready: dict[str, Any] | None = None
-    pending: bytes = b""
+    pending: list[bytes] = field(default_factory=list)  # pieces of an unfinished line
+    pending_bytes: int = 0
+    oversize: bool = False  # a line longer than max_message arrived: the child is killed
     lines: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -79,14 +106,16 @@ def _env(sb: SandboxSettings, home: str, tmp: str) -> dict[str, str]:
     }
 
 
-def _drop_privileges_prefix(plan: Plan, uid: int) -> list[str]:
+def _drop_privileges_prefix(plan: Plan, uid: int, cgroup: CaseCgroup | None) -> list[str]:
     tools = plan.tools
-    if "setpriv" not in tools or (plan.staged and not {"unshare", "sh"} <= tools.keys()):
+    if "setpriv" not in tools or ((plan.staged or cgroup) and not {"unshare", "sh"} <= tools.keys()):
         raise SandboxFault("running as root needs util-linux setpriv (and unshare) to drop privileges")
     argv: list[str] = []
-    if plan.staged:
-        argv += [tools["unshare"], "--mount", "--propagation", "private", "--"]
-        argv += [tools["sh"], "-c", _STAGE_SCRIPT, "stage"]
+    if plan.staged or cgroup:
+        if plan.staged:
+            argv += [tools["unshare"], "--mount", "--propagation", "private", "--"]
+        argv += [tools["sh"], "-c", _LAUNCH_SCRIPT, "launch"]
+        argv += [*(cgroup.procs_files if cgroup else []), "--"]
         for source, point in plan.staged.items():
             argv += [source, point]
         argv.append("--")
@@ -98,8 +127,11 @@ def _bwrap_argv(plan: Plan, sb: SandboxSettings) -> list[str]:
     if "bwrap" not in plan.tools:
         raise SandboxFault("bubblewrap is not installed")
     argv = [
-        plan.tools["bwrap"], "--unshare-all", "--die-with-parent", "--new-session",
-        "--hostname", "sandbox", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+        # --as-pid-1: the harness's reporter is the namespace's init, not a reaper of
+        # bubblewrap's that would run outside the filter and the limits. --disable-userns: no
+        # nested user namespace, even where seccomp is off.
+        plan.tools["bwrap"], "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1",
+        "--disable-userns", "--hostname", "sandbox", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
     ]
     for b in plan.system_binds:
         argv += ["--ro-bind", b.source, b.target]
@@ -110,7 +142,12 @@ def _bwrap_argv(plan: Plan, sb: SandboxSettings) -> list[str]:
     for b in plan.site_binds:
         argv += ["--ro-bind", plan.visible(b.source), b.target]
     argv += [
-        "--proc", "/proc", "--dev", "/dev",
+        # /proc read-only: /proc/<pid>/mem cannot be opened for writing, whoever owns the pid.
+        "--proc", "/proc", "--remount-ro", "/proc",
+        # /dev read-only with a size-capped shared-memory tmpfs (bubblewrap's /dev is itself an
+        # unbounded tmpfs); tmpfs pages are charged to the case's memory group where there is one.
+        "--dev", "/dev", "--perms", "1777", "--size", str(sb.shm_bytes), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
         "--perms", "1777", "--size", str(sb.tmpfs_bytes), "--tmpfs", "/tmp",
         "--dir", "/tmp/work", "--dir", "/tmp/home", "--chdir", "/tmp/work",
         "--remount-ro", "/", "--",
@@ -119,11 +156,13 @@ def _bwrap_argv(plan: Plan, sb: SandboxSettings) -> list[str]:
 
 
 def spawn(
-    plan: Plan, sb: SandboxSettings, tier: str, seccomp: bool, profile: str, uids: UidPool | None
+    plan: Plan, sb: SandboxSettings, tier: str, seccomp: bool, profile: str, uids: UidPool | None,
+    cgroups: CgroupHost | None = None,
 ) -> Child:
     """Start a child that warms up for profile and then waits for one case on stdin."""
     uid = uids.take() if uids is not None else None
     workdir = None
+    cgroup = None
     read_end, write_end = os.pipe()
     try:
         cfg: dict[str, Any] = {
@@ -136,7 +175,11 @@ def spawn(
             "max_result_bytes": sb.max_result_bytes,
             "max_result_items": sb.max_result_items,
         }
-        prefix = _drop_privileges_prefix(plan, uid) if uid is not None else []
+        if cgroups is not None and uid is not None:
+            cgroup = cgroups.create()
+            cgroup.set_memory_limit(sb.warm_memory_bytes)  # until the case arms its own limits
+            cgroup.set_task_limit(sb.warm_max_tasks)
+        prefix = _drop_privileges_prefix(plan, uid, cgroup) if uid is not None else []
         if tier == "bubblewrap":
             cfg["sys_path"] = [SITE_IN_SANDBOX]
             env = _env(sb, "/tmp/home", "/tmp")
@@ -144,13 +187,15 @@ def spawn(
             cwd = None
         else:
             cfg["sys_path"] = [plan.visible(d) for d in plan.site_dirs]
-            workdir = tempfile.mkdtemp(prefix="scaling-grader-case-")
-            cwd, home = os.path.join(workdir, "work"), os.path.join(workdir, "home")
-            for d in (cwd, home):
+            # Root-owned and traversable but not listable: the case reaches its own working,
+            # home and temporary directories by path, and nothing else in here.
+            workdir = owned_tempdir(CASE_PREFIX, 0o711)
+            cwd, home, tmp = (os.path.join(workdir, d) for d in ("work", "home", "tmp"))
+            for d in (cwd, home, tmp):
                 os.mkdir(d, 0o700)
                 if uid is not None:
                     os.chown(d, uid, uid)
-            env = _env(sb, home, cwd)
+            env = _env(sb, home, tmp)
             argv = [*prefix, plan.visible(plan.python)]
         argv += ["-I", "-S", "-B", "-c", harness_source(), json.dumps(cfg)]
         popen = subprocess.Popen(
@@ -161,6 +206,8 @@ def spawn(
         os.close(read_end)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+        if cgroup is not None:
+            cgroup.remove()
         if uid is not None and uids is not None:
             uids.give_back(uid)
         raise
@@ -169,25 +216,48 @@ def spawn(
     for f in (popen.stdout, popen.stderr):
         assert f is not None
         os.set_blocking(f.fileno(), False)
-    return Child(popen, read_end, tier, seccomp, profile, uid, workdir, time.monotonic())
+    child = Child(popen, read_end, tier, seccomp, profile, uid, workdir, time.monotonic(), cgroup,
+                  max_message_bytes(sb))
+    with _live_lock:
+        _live.add(child)
+    return child
+
+
+def _parse_line(line: bytes) -> dict[str, Any]:
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):  # the reporter writes only JSON lines; a value nested
+        # deeper than this thread's stack allows (forged by the candidate) is garbled too
+        return {"kind": "garbled"}
+    return msg if isinstance(msg, dict) else {"kind": "garbled"}
 
 
 def read_messages(child: Child, timeout: float) -> bool:
-    """Read what the result fd has within timeout into child.lines; False on end of file."""
+    """Read what the result fd has within timeout into child.lines; False on end of file, or
+    when a line grows past child.max_message (then child.oversize is set). Each byte is looked
+    at a bounded number of times: a long line is kept as pieces and joined once."""
     ready, _, _ = select.select([child.result_fd], [], [], max(timeout, 0))
     if not ready:
         return True
-    data = os.read(child.result_fd, 1 << 16)
+    data = os.read(child.result_fd, _READ_CHUNK)
     if not data:
         return False
-    child.pending += data
-    *complete, child.pending = child.pending.split(b"\n")
+    *complete, rest = data.split(b"\n")
+    if complete:
+        complete[0] = b"".join([*child.pending, complete[0]])
+        child.pending, child.pending_bytes = [], 0
     for line in complete:
-        try:
-            child.lines.append(json.loads(line))
-        except (ValueError, RecursionError):  # the reporter writes only JSON lines; a value nested
-            # deeper than this thread's stack allows (forged by the candidate) is garbled too
-            child.lines.append({"kind": "garbled"})
+        if len(line) > child.max_message:
+            child.oversize = True
+            return False
+        child.lines.append(_parse_line(line))
+    if rest:
+        child.pending.append(rest)
+        child.pending_bytes += len(rest)
+        if child.pending_bytes > child.max_message:
+            child.oversize = True
+            child.pending, child.pending_bytes = [], 0
+            return False
     return True
 
 
@@ -214,13 +284,14 @@ def wait_ready(child: Child, timeout: float) -> dict[str, Any]:
     return first
 
 
-def reap_uid(uid: int) -> None:
+def reap_uid(uid: int) -> bool:
     """Kill every process of a dedicated uid: ``kill(-1)`` run as that uid reaches all of them
-    and nothing else. Repeated until /proc shows none (a dying process can linger briefly)."""
+    and nothing else. Repeated until /proc shows none (a dying process can linger briefly);
+    True once none is left."""
     kill = shutil.which("kill", path="/usr/bin:/bin")
     for _ in range(50):
         if not processes_of(uid):
-            return
+            return True
         if kill:
             subprocess.run([kill, "-KILL", "-1"], user=uid, group=uid, extra_groups=[],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
@@ -229,10 +300,15 @@ def reap_uid(uid: int) -> None:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
         time.sleep(0.01)
+    return not processes_of(uid)
 
 
-def destroy(child: Child, uids: UidPool | None) -> None:
-    """Kill the child and everything it started; free its uid and working directory."""
+def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
+    """Kill the child and everything it started; free its uid, control group and working
+    directory, and (plain tier) whatever its uid left in the host's shared places. Returns
+    what the case's control group recorded (memory kills) for the verdict's evidence."""
+    with _live_lock:
+        _live.discard(child)
     with contextlib.suppress(OSError):
         os.killpg(child.popen.pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
@@ -245,9 +321,28 @@ def destroy(child: Child, uids: UidPool | None) -> None:
                 f.close()
     with contextlib.suppress(OSError):
         os.close(child.result_fd)
+    facts: dict[str, Any] = {}
+    if child.cgroup is not None:
+        facts["oom_kills"] = child.cgroup.oom_kills()
+        facts["memory_limit_hits"] = child.cgroup.failcnt()
+        facts["cgroup_removed"] = child.cgroup.remove()  # kills what is left in it first
     if child.uid is not None:
-        reap_uid(child.uid)
-        if uids is not None and not processes_of(child.uid):
+        # Even after the group is gone a killed task may still be exiting: the uid goes back to
+        # the pool only when /proc shows none of its processes (one scan when all is quiet).
+        gone = reap_uid(child.uid)
+        if child.tier == "plain":
+            facts["left_behind"] = remove_leftovers_of(child.uid)
+        if uids is not None and gone:
             uids.give_back(child.uid)
     if child.workdir:
         shutil.rmtree(child.workdir, ignore_errors=True)
+    return facts
+
+
+def destroy_all(uids: UidPool | None) -> None:
+    """Destroy every child this process started that is still alive (at stop)."""
+    with _live_lock:
+        children = list(_live)
+    for child in children:
+        with contextlib.suppress(Exception):
+            destroy(child, uids)

@@ -16,9 +16,10 @@ import re
 import shutil
 import stat
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from app.sandbox.owners import STAGE_PREFIX, owned_tempdir
 
 SITE_IN_SANDBOX = "/sandbox/site"
 
@@ -120,8 +121,9 @@ def reachable_by_others(path: str) -> bool:
 
 
 def _stage(plan: Plan, sources: list[str]) -> None:
-    plan.staging_dir = tempfile.mkdtemp(prefix="scaling-grader-stage-")
-    os.chmod(plan.staging_dir, 0o755)
+    # Marked with this process as owner: removed at stop, or at the next start if this process
+    # was killed (owners.remove_stale_dirs).
+    plan.staging_dir = owned_tempdir(STAGE_PREFIX, 0o755)
     for i, source in enumerate(sources):
         point = os.path.join(plan.staging_dir, f"s{i}")
         if os.path.isdir(source):

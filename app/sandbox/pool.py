@@ -16,8 +16,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.sandbox.cgroups import CgroupHost, close_shared_cgroup_host, shared_cgroup_host
 from app.sandbox.executor import CaseRun, case_request, run_in_child
-from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, spawn, wait_ready
+from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, destroy_all, spawn, wait_ready
+from app.sandbox.owners import remove_stale_dirs
 from app.sandbox.plan import Plan, build_plan
 from app.sandbox.uids import UidPool, shared_uid_pool
 
@@ -51,6 +53,7 @@ class Sandbox:
         self.settings = sb
         self._plan: Plan | None = None
         self._uids: UidPool | None = None
+        self._cgroups: CgroupHost | None = None
         self._tier: Tier | None = None
         self._probe_report: list[dict[str, Any]] = []
         self._probe_failed: tuple[float, str] | None = None  # when and why no tier started
@@ -67,13 +70,27 @@ class Sandbox:
 
     def _ensure_plan(self) -> Plan:
         if self._plan is None:
+            removed = remove_stale_dirs()  # left by a service that was killed
+            if removed:
+                log.info("removed %d sandbox directories of stopped services", len(removed))
             self._plan = build_plan(self.settings.python, self.settings.packages)
             if self._plan.is_root:
                 self._uids = shared_uid_pool(self.settings.uid_base, self.settings.uid_count)
+                if self.settings.cgroups == "auto":
+                    self._cgroups = shared_cgroup_host()
         return self._plan
 
+    @property
+    def limits(self) -> str:
+        """What bounds a case as a whole: a control group per case, or per-process rlimits."""
+        return self._cgroups.name if self._cgroups is not None else "rlimits"
+
+    def _spawn(self, tier: Tier, profile: str) -> Child:
+        plan = self._ensure_plan()
+        return spawn(plan, self.settings, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
+
     def _probe_one(self, tier: Tier) -> None:
-        child = spawn(self._ensure_plan(), self.settings, tier.isolation, tier.seccomp, "bare", self._uids)
+        child = self._spawn(tier, "bare")
         try:
             wait_ready(child, self.settings.start_timeout_seconds)
             request = case_request(_PROBE_SOURCE, "probe", [6, 7], {}, self.settings)
@@ -109,7 +126,7 @@ class Sandbox:
                     f"{r['tier']}: {r.get('error')}" for r in report)
                 self._probe_failed = (time.monotonic(), why)
                 raise SandboxFault(why)
-            log.info("sandbox tier in force: %s", self._tier.name)
+            log.info("sandbox tier in force: %s (case limits: %s)", self._tier.name, self.limits)
             return self._tier
 
     def status(self) -> dict[str, Any]:
@@ -120,13 +137,12 @@ class Sandbox:
             tier, ok = None, False
         with self._lock:
             warm = {p: len(q) for p, q in self._warm.items()}
-        return {"ok": ok, "tier": tier, "probes": list(self._probe_report), "warm": warm}
+        return {"ok": ok, "tier": tier, "limits": self.limits, "probes": list(self._probe_report), "warm": warm}
 
     # ------------------------------------------------------------------ warm pool
 
     def _spawn_ready(self, profile: str) -> Child:
-        tier = self.tier()
-        child = spawn(self._ensure_plan(), self.settings, tier.isolation, tier.seccomp, profile, self._uids)
+        child = self._spawn(self.tier(), profile)
         try:
             wait_ready(child, self.settings.start_timeout_seconds)
         except BaseException:
@@ -228,10 +244,12 @@ class Sandbox:
             except (SandboxFault, OSError, RuntimeError) as exc:
                 tier = self._tier.name if self._tier else "none"
                 return CaseRun("sandbox_fault", fault=str(exc)[:500], tier=tier)
+            facts: dict[str, Any] = {}
             try:
                 run = run_in_child(child, request, self.settings)
             finally:
-                destroy(child, self._uids)
+                facts = destroy(child, self._uids)
+            run.extra.update(facts)
             run.extra["uid"] = child.uid
             if run.status != "sandbox_fault":
                 break
@@ -250,6 +268,20 @@ class Sandbox:
                 destroy(child, self._uids)
         if self._plan is not None:
             self._plan.cleanup()
+
+
+def plain_tier_refusal(box: Sandbox, multi_tenant: bool) -> str | None:
+    """Why this service must not start with the tier in force, or None. A multi-tenant service
+    (a tenants file) runs hostile code of many parties: the plain tier, which shares the host's
+    filesystem, network and process table, needs the operator's explicit consent."""
+    if not multi_tenant or box.settings.allow_plain:
+        return None
+    tier = box.tier()
+    if tier.isolation != "plain":
+        return None
+    return (f"the sandbox tier in force is {tier.name}: submitted code would share this host's "
+            "filesystem, network and processes. Install bubblewrap (and allow unprivileged user "
+            "namespaces), or set SCALING_GRADER_SANDBOX__ALLOW_PLAIN=true to accept the plain tier.")
 
 
 _instances: dict[str, Sandbox] = {}
@@ -273,3 +305,5 @@ def shutdown_all() -> None:
         _instances.clear()
     for box in boxes:
         box.shutdown()
+    destroy_all(None)  # children of cases still running when the stop came
+    close_shared_cgroup_host()

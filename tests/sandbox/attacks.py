@@ -235,3 +235,16 @@ OS_LAYER = [a for a in ALL if a.name in {
     "fork_bomb", "tcp_to_localhost", "unix_socket", "spawn_subprocess", "signal_service",
     "ptrace_reporter_and_service", "ctypes_libc_setuid", "background_process", "kill_own_reporter",
 }]
+
+
+# In the bubblewrap tier the reporter is the sandbox's pid 1 (bubblewrap's --as-pid-1): the
+# kernel drops signals sent to a namespace's init from inside it, so the attack returns and is
+# simply wrong. In the plain tier the reporter dies and the case is crashed, as before.
+def _reporter_may_survive(attack: Attack) -> Attack:
+    if attack.name != "kill_own_reporter":
+        return attack
+    return Attack(attack.name, attack.source, attack.verdicts | {"wrong"}, attack.args, attack.check)
+
+
+ALL[:] = [_reporter_may_survive(a) for a in ALL]
+OS_LAYER[:] = [_reporter_may_survive(a) for a in OS_LAYER]

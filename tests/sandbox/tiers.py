@@ -16,6 +16,7 @@ SHORT_LIMITS = {
     "max_output_bytes": 256 * 1024,
     "max_result_items": 100_000,
     "max_processes": 16,
+    "case_memory_bytes": 1024**3,  # the whole case, where a control group holds it
     "warm_pool_size": 2,
     "start_timeout_seconds": 90.0,
 }

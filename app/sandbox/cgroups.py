@@ -1,0 +1,290 @@
+"""Limits for a case as a whole: one control group per sandbox child, holding every process the
+case starts (the reporter and bubblewrap's launcher included), so that memory (tmpfs pages and
+kernel memory such as inodes count too), the number of tasks and the CPU time are bounded for
+the case rather than per process, where forks would multiply them. Memory and tasks are kernel
+limits; CPU time is accounted by the group and enforced by the parent (executor.py), which ends
+the case when all its processes together have used more than the case's CPU allowance.
+
+Used when the service is root and the host has a writable cgroup v2 tree with the memory and
+pids controllers delegated, or writable cgroup v1 memory, pids and cpuacct hierarchies. Otherwise
+``CgroupHost.detect()`` returns None and the per-process rlimits are what holds.
+
+Each service process keeps its case groups under one parent group named after its pid and start
+time, inside the group it runs in itself (so the host's own limits on the service still apply),
+and removes parents whose process is dead at start."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.sandbox.owners import current_owner, owner_alive
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PARENT_PREFIX = "scaling-grader-cases-"
+# Only groups named exactly like ours are ever removed as stale: other software on the host may
+# use similar names.
+_PARENT_NAME = re.compile(r"scaling-grader-cases-(\d+)-(\d+)-(\d+)")
+# cpuacct, not cpu: a group under the cpu controller is one scheduling entity, so every case
+# of this service together would weigh as much as one process of anyone else on the host.
+_V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+_UNLIMITED = "max"
+_hosts = itertools.count()
+
+
+def _own_paths() -> dict[str, str]:
+    """Controller (or "" for v2) -> this process's group path, from /proc/self/cgroup."""
+    paths = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            paths[c] = path
+    return paths
+
+
+def _write(path: Path, value: str | int) -> None:
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+def _read_int(path: Path) -> int:
+    text = path.read_text().strip()
+    return 1 << 62 if text == _UNLIMITED else int(text)
+
+
+@dataclass
+class CaseCgroup:
+    """The group(s) of one child: one directory for v2, one per controller for v1."""
+
+    version: int
+    dirs: dict[str, Path]  # controller ("" for v2) -> directory
+    cpu_at_arm: float = 0.0
+
+    @property
+    def procs_files(self) -> list[str]:
+        """Where the launcher writes its own pid before anything of the case starts."""
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def _file(self, controller: str, v1_name: str, v2_name: str) -> Path:
+        return self.dirs[""] / v2_name if self.version == 2 else self.dirs[controller] / v1_name
+
+    def memory_usage(self) -> int:
+        return _read_int(self._file("memory", "memory.usage_in_bytes", "memory.current"))
+
+    def task_count(self) -> int:
+        return _read_int(self._file("pids", "pids.current", "pids.current"))
+
+    def set_memory_limit(self, limit: int) -> None:
+        _write(self._file("memory", "memory.limit_in_bytes", "memory.max"), limit)
+        if self.version == 2:
+            with contextlib.suppress(OSError):  # no swap for the case either
+                _write(self.dirs[""] / "memory.swap.max", 0)
+        else:
+            with contextlib.suppress(OSError):  # present only with swap accounting
+                _write(self.dirs["memory"] / "memory.memsw.limit_in_bytes", limit)
+
+    def set_task_limit(self, limit: int) -> None:
+        _write(self._file("pids", "pids.max", "pids.max"), limit)
+
+    def cpu_seconds(self) -> float:
+        """CPU time used by every process of the group so far (accounting only: no scheduling
+        weight changes, so the case competes for the CPU exactly as its processes would)."""
+        if self.version == 2:
+            for line in (self.dirs[""] / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+            return 0.0
+        return int((self.dirs["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+
+    def arm(self, memory_bytes: int, max_tasks: int) -> dict[str, int]:
+        """Limits for the case from now on: what the warm child already holds plus the case's
+        allowance (as the rlimits count from the warm state too). The CPU time used so far is
+        noted so that the case's own can be told apart (``cpu_seconds() - cpu_at_arm``)."""
+        memory = self.memory_usage() + memory_bytes
+        tasks = self.task_count() + max_tasks
+        self.set_memory_limit(memory)
+        self.set_task_limit(tasks)
+        self.cpu_at_arm = self.cpu_seconds()
+        return {"memory_bytes": memory, "tasks": tasks}
+
+    def oom_kills(self) -> int:
+        """How many processes of the case the kernel killed for memory."""
+        path = self._file("memory", "memory.oom_control", "memory.events")
+        with contextlib.suppress(OSError, ValueError):
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        return 0
+
+    def failcnt(self) -> int:
+        """v1: times the memory limit was hit (a write to tmpfs refused counts too)."""
+        if self.version == 2:
+            path = self.dirs[""] / "memory.events"
+            with contextlib.suppress(OSError, ValueError):
+                for line in path.read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "max":
+                        return int(value)
+            return 0
+        with contextlib.suppress(OSError, ValueError):
+            return int((self.dirs["memory"] / "memory.failcnt").read_text())
+        return 0
+
+    def pids(self) -> list[int]:
+        seen: set[int] = set()
+        for d in self.dirs.values():
+            with contextlib.suppress(OSError, ValueError):
+                seen.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+        return sorted(seen)
+
+    def remove(self) -> bool:
+        """Kill whatever is left in the group and remove it; True when it is gone."""
+        return _kill_and_remove(list(self.dirs.values()))
+
+
+def _kill_and_remove(dirs: list[Path]) -> bool:
+    for _ in range(200):
+        left = False
+        for d in dirs:
+            if not d.exists():
+                continue
+            kill_file = d / "cgroup.kill"
+            if kill_file.exists():
+                with contextlib.suppress(OSError):
+                    _write(kill_file, 1)
+            with contextlib.suppress(OSError, ValueError):
+                for pid in (d / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        os.kill(int(pid), signal.SIGKILL)
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:  # still busy: a dying task leaves the group a moment later
+                left = True
+        if not left:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+class CgroupHost:
+    """The writable cgroup tree this service process uses for its cases."""
+
+    def __init__(self, version: int, parents: dict[str, Path]) -> None:
+        self.version = version
+        self.parents = parents  # controller ("" for v2) -> this process's parent group
+        self._counter = itertools.count()
+
+    @property
+    def name(self) -> str:
+        return f"cgroup v{self.version}"
+
+    @classmethod
+    def detect(cls, root: Path = CGROUP_ROOT) -> CgroupHost | None:
+        """The host's cgroups, if this process may create groups with the controllers a case
+        needs; None otherwise (the caller then relies on rlimits)."""
+        if os.geteuid() != 0:
+            return None
+        try:
+            own = _own_paths()
+        except OSError:
+            return None
+        # Unique within the process too: a throwaway host (stale clean-up) never shares a
+        # parent with the one the sandboxes use.
+        name = PARENT_PREFIX + current_owner().replace(" ", "-") + f"-{next(_hosts)}"
+        candidates: list[tuple[int, dict[str, Path]]] = []
+        v2 = root / "cgroup.controllers"
+        if v2.exists() and {"memory", "pids"} <= set(v2.read_text().split()) and "" in own:
+            candidates.append((2, {"": root / own[""].lstrip("/")}))
+        if all((root / c / "cgroup.procs").exists() and c in own for c in _V1_CONTROLLERS):
+            candidates.append((1, {c: root / c / own[c].lstrip("/") for c in _V1_CONTROLLERS}))
+        for version, bases in candidates:
+            host = cls._try(version, bases, name)
+            if host is not None:
+                return host
+        return None
+
+    @classmethod
+    def _try(cls, version: int, bases: dict[str, Path], name: str) -> CgroupHost | None:
+        parents = {c: base / name for c, base in bases.items()}
+        try:
+            for parent in parents.values():
+                parent.mkdir(exist_ok=True)
+            if version == 2:  # (CPU time is in cpu.stat without enabling the cpu controller)
+                _write(parents[""] / "cgroup.subtree_control", "+memory +pids")
+            host = cls(version, parents)
+            probe = host.create()  # a group the case needs must really work
+            probe.set_memory_limit(1 << 30)
+            probe.set_task_limit(64)
+            probe.cpu_seconds()
+            probe.remove()
+        except OSError:
+            _kill_and_remove(list(parents.values()))
+            return None
+        remove_stale_parents(bases)
+        return host
+
+    def create(self) -> CaseCgroup:
+        n = next(self._counter)
+        dirs = {c: parent / f"case-{n}" for c, parent in self.parents.items()}
+        try:
+            for d in dirs.values():
+                d.mkdir()
+        except OSError:
+            _kill_and_remove(list(dirs.values()))
+            raise
+        return CaseCgroup(self.version, dirs)
+
+    def close(self) -> None:
+        """Remove every case group and the parent (at stop)."""
+        for parent in self.parents.values():
+            with contextlib.suppress(OSError):
+                _kill_and_remove([d for d in parent.iterdir() if d.is_dir()])
+        _kill_and_remove(list(self.parents.values()))
+
+
+def remove_stale_parents(bases: dict[str, Path]) -> list[str]:
+    """Parent groups of service processes that are dead (killed without a chance to clean)."""
+    removed = []
+    for base in bases.values():
+        with contextlib.suppress(OSError):
+            for parent in base.iterdir():
+                match = _PARENT_NAME.fullmatch(parent.name)
+                if match is None or not parent.is_dir():
+                    continue
+                if owner_alive(f"{match[1]} {match[2]}") is not False:
+                    continue
+                cases = [d for d in parent.iterdir() if d.is_dir()]
+                if _kill_and_remove([*cases, parent]):
+                    removed.append(str(parent))
+    return removed
+
+
+_shared: list[CgroupHost | None] = []
+_shared_lock = threading.Lock()
+
+
+def shared_cgroup_host() -> CgroupHost | None:
+    """The process's one host for case groups (detected once; None means rlimits only)."""
+    with _shared_lock:
+        if not _shared:
+            _shared.append(CgroupHost.detect())
+        return _shared[0]
+
+
+def close_shared_cgroup_host() -> None:
+    """At stop: remove every case group of this process and its parent group."""
+    with _shared_lock:
+        host = _shared.pop() if _shared else None
+    if host is not None:
+        host.close()
