@@ -138,6 +138,8 @@ def _judge(case: Case, run: CaseRun, rtol: float, cpu_limit: float, max_items: i
     if run.status == "output_limit":
         return "output_limit", Reason.output_limit, NOTHING
     final = run.final if isinstance(run.final, dict) else None
+    if run.extra.get("oom_kills"):  # the case's memory group killed a process: the case hit its limit
+        return "memory", Reason.memory_limit, NOTHING
     if run.status == "crashed" or final is None:
         return "crashed", Reason.no_result, NOTHING
     armed = run.armed if isinstance(run.armed, dict) else {}
