@@ -46,7 +46,9 @@ class GradeWindow:
     def __init__(self, bucket_seconds: int = WINDOW_BUCKET_SECONDS, buckets: int = WINDOW_BUCKETS) -> None:
         self.bucket_seconds, self.buckets = bucket_seconds, buckets
         self._counts: deque[tuple[int, dict[tuple[str, str], int]]] = deque(maxlen=buckets)
-        self._start, self._current = -1, {}  # the newest bucket, also the last of _counts
+        # the newest bucket, also the last of _counts
+        self._start = -1
+        self._current: dict[tuple[str, str], int] = {}
         self._faults: deque[dict[str, Any]] = deque(maxlen=20)
         self._lock = threading.Lock()
 

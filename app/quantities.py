@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import cast
 
 import pint
 from pint.util import UnitsContainer
@@ -143,7 +144,8 @@ def _atom_to_unit(atom: str) -> str | None:
 @lru_cache(maxsize=1024)  # keyed by a canonical word (prefix x base): a closed, small set
 def _word_factor(expression: str) -> tuple[float, tuple[tuple[str, int], ...]]:
     quantity = registry().Quantity(1.0, expression).to_base_units()
-    exponents = tuple(sorted((str(k), int(v)) for k, v in quantity.dimensionality.items()))
+    # A dimension's exponent is a real number; pint types it as any scalar (complex included).
+    exponents = tuple(sorted((str(k), int(cast("float", v))) for k, v in quantity.dimensionality.items()))
     return float(quantity.magnitude), exponents
 
 
@@ -159,8 +161,8 @@ def combine(words: tuple[tuple[str, str], ...]) -> tuple[float, str]:
         factor = factor / f if sign < 0 else factor * f
         for name, power in dims:
             exponents[name] += sign * power
-    dims = UnitsContainer({k: v for k, v in exponents.items() if v})
-    return factor, (DIMENSIONLESS if not dims else str(dims))
+    container = UnitsContainer({k: v for k, v in exponents.items() if v})
+    return factor, (DIMENSIONLESS if not container else str(container))
 
 
 def unit_factor(expression: str) -> tuple[float, str]:

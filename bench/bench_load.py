@@ -85,7 +85,12 @@ def max_result_read_cost() -> None:
     worst = 0.0
     for name, line in _max_size_lines(sb).items():
         r, w = os.pipe()
-        writer = threading.Thread(target=lambda w=w, line=line: (os.write(w, line), os.close(w)))
+
+        def write(w: int = w, line: bytes = line) -> None:
+            os.write(w, line)
+            os.close(w)
+
+        writer = threading.Thread(target=write)
         writer.start()
         child = Child(popen=None, result_fd=r, tier="bench", seccomp=False, profile="bare",  # type: ignore[arg-type]
                       uid=None, workdir=None, started=0.0)

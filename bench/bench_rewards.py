@@ -76,6 +76,7 @@ def openrlhf_single_rollouts(smoke: bool) -> None:
             bare = _single_rollouts_per_second(port, "/v1/grade", [{"x": 1}], seconds / rounds)
         ours_best = ours if ours_best is None or ours.rps > ours_best.rps else ours_best
         bare_best = bare if bare_best is None or bare.rps > bare_best.rps else bare_best
+    assert ours_best is not None and bare_best is not None  # rounds >= 1
     for name, r in (("POST /get_reward, 1 rollout/request", ours_best), ("bare FastAPI constant", bare_best)):
         print(f"   {name}: {r.rps:,.0f} req/s, p50 {percentile(r.latencies, 0.5) * 1e3:.2f} ms")
     print(f"   OpenRLHF single-rollout ratio (ours / bare): {ours_best.rps / bare_best.rps:.2f}   target >= 0.6")

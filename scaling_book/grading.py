@@ -28,11 +28,11 @@ def service_url(explicit: str | None = None) -> str | None:
 
 # One pooled client per (URL, thread): httpx clients are not meant to be shared across the
 # threads a trainer's reward workers may run in.
-_local = threading.local()
+_per_thread = threading.local()
 
 
 def sync_client(url: str) -> GraderClient:
-    clients: dict[str, GraderClient] = _local.__dict__.setdefault("clients", {})
+    clients: dict[str, GraderClient] = _per_thread.__dict__.setdefault("clients", {})
     if url not in clients:
         clients[url] = GraderClient(url)
     return clients[url]
@@ -63,8 +63,8 @@ def _service_side() -> Any:
     return grading
 
 
-async def _local(labels: Sequence[Any], completions: Sequence[Any], overrides: dict[str, Any] | None,
-                 options: dict[str, Any]) -> list[GradeResult]:
+async def _grade_in_process(labels: Sequence[Any], completions: Sequence[Any],
+                            overrides: dict[str, Any] | None, options: dict[str, Any]) -> list[GradeResult]:
     results = await _service_side().grade_labelled_locally(labels, completions, overrides, **options)
     return [GradeResult.from_json(r.model_dump(mode="json")) for r in results]
 
@@ -80,7 +80,7 @@ def grade_labelled(labels: Sequence[Any], completions: Sequence[Any], url: str |
     url = service_url(url)
     if url:
         return sync_client(url).grade_labelled(list(labels), list(completions), **options)
-    job = _local(labels, completions, settings_overrides, options)
+    job = _grade_in_process(labels, completions, settings_overrides, options)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -105,4 +105,4 @@ async def grade_labelled_async(labels: Sequence[Any], completions: Sequence[Any]
         client = async_client(url)
     if client is not None:
         return await client.grade_labelled(list(labels), list(completions), **options)
-    return await _local(labels, completions, settings_overrides, options)
+    return await _grade_in_process(labels, completions, settings_overrides, options)

@@ -88,7 +88,7 @@ class Selection:
 
     async def grade(self, label: Any, completion: Any) -> GradeResult:
         judge, overrides = self._judge()
-        options = {k: v for k, v in (("tolerance", self.tolerance), ("judge", judge)) if v is not None}
+        options: dict[str, Any] = {k: v for k, v in (("tolerance", self.tolerance), ("judge", judge)) if v is not None}
         if judge is not None:
             options["judge"] = {k: v for k, v in judge.items() if v is not None}
         [result] = await grade_labelled_async([label], [completion], self.url(), overrides, **options)

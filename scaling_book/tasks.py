@@ -31,7 +31,8 @@ def public_tasks(split: str, *, chapters: str | Sequence[str] | None = None, n: 
     wanted = chapter_list(chapters)
     url = service_url(url)
     if url:
-        client, out = sync_client(url), []
+        client = sync_client(url)
+        out: list[dict[str, Any]] = []
         while n is None or len(out) < n:
             want = PAGE if n is None else min(PAGE, n - len(out))
             got = client.tasks(split, seed=seed, n=want, offset=len(out), chapters=wanted)

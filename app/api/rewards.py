@@ -12,6 +12,7 @@ here is exactly the reward ``/v1/grade`` gives for the same item."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import Request
@@ -110,7 +111,7 @@ async def get_reward(request: Request) -> Response:
     if mismatch is not None:
         results = [unscored(mismatch) for _ in body.query]
     else:
-        prompts = body.prompts or [None] * n
+        prompts: Sequence[str | None] = body.prompts or [None] * n
         labels = body.labels or [None] * n
         responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
         slots = requests_for(zip(labels, responses, strict=True))

@@ -88,10 +88,11 @@ def status_connection(request: Request) -> redis.Redis | None:
 
 async def collect_status(request: Request) -> dict[str, Any]:
     settings: Settings = request.app.state.settings
-    readiness = json.loads((await health.readyz(request)).body)
+    readiness = json.loads(bytes((await health.readyz(request)).body))  # Starlette types body as bytes | memoryview
     splits = await anyio.to_thread.run_sync(_splits, settings)
     connection = status_connection(request)
     now = time.time()
+    side: dict[str, Any]
     if connection is None:
         side = {"workers": None, "queues": None, "window": {}, "faults": [], "error": None}
     else:

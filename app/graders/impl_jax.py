@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 
 
 def describe_placements(claims):  # pragma: no cover - runs in a sandbox child
+    # type: (list[dict[str, Any]]) -> list[dict[str, Any] | None]
     """Trusted: place every claimed array as declared and describe the result (None when the
-    declaration cannot be placed). Self-contained: its source is sent to the child as is."""
+    declaration cannot be placed). Self-contained: its source is sent to the child as is, so its
+    types are comments (an annotation would be evaluated there, where ``Any`` is not defined)."""
     import math
 
     import jax
@@ -38,7 +40,7 @@ def describe_placements(claims):  # pragma: no cover - runs in a sandbox child
     devices = jax.devices()
     dtypes = {"float": np.float32, "int": np.int32, "bool": np.bool_}
 
-    def describe(claim):
+    def describe(claim):  # type: (dict[str, Any]) -> dict[str, Any] | None
         names = [name for name, _ in claim["mesh"]]
         sizes = [size for _, size in claim["mesh"]]
         if len(set(names)) != len(names) or math.prod(sizes) > len(devices) or claim["spec"] is None:
@@ -51,7 +53,9 @@ def describe_placements(claims):  # pragma: no cover - runs in a sandbox child
             return None
         mesh = Mesh(np.array(devices[:math.prod(sizes)]).reshape(sizes), tuple(names))
         values = np.asarray(claim["data"], dtype=dtypes[claim["kind"]]).reshape(shape)
-        placed = jax.device_put(values, NamedSharding(mesh, PartitionSpec(*spec)))
+        # jax leaves PartitionSpec.__new__ unannotated, so the strict check sees an untyped call.
+        partition = PartitionSpec(*spec)  # type: ignore[no-untyped-call]
+        placed = jax.device_put(values, NamedSharding(mesh, partition))
         if not np.array_equal(np.asarray(placed), values):
             return None
         normal = [e[0] if isinstance(e, tuple) and len(e) == 1 else list(e) if isinstance(e, tuple) else e

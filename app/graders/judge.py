@@ -282,7 +282,7 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
     if not isinstance(task.gold, str) or not task.gold.strip():
         return GradeResult(grading="judge", outcome=Outcome.error, reward=0.0,
                            explanation="the task has no reference answer to judge against")
-    details = {"judge_model": target.model, "judge_base_url": target.base_url}
+    details: dict[str, Any] = {"judge_model": target.model, "judge_base_url": target.base_url}
     response = candidate_text(completion, judge.max_response_chars)
     if not response:
         return GradeResult(grading="judge", outcome=Outcome.no_answer, reward=0.0,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from typing import Any
 
 from app.graders.completion import strip_thinking
 
@@ -27,7 +28,7 @@ SYSTEM_PROMPT = (
 )
 RETRY_NOTE = "Your previous reply was not a verdict. Reply with exactly one word, yes or no, and nothing else."
 # The JSON schema asked for in json_schema mode; the reply is {"verdict": "yes"|"no"}.
-VERDICT_SCHEMA = {
+VERDICT_SCHEMA: dict[str, Any] = {
     "name": "verdict",
     "strict": True,
     "schema": {
@@ -134,7 +135,7 @@ def parse_json_verdict(reply: str | None) -> bool | None:
     except (ValueError, RecursionError):
         return None
     if isinstance(value, dict) and set(value) == {"verdict"} and value["verdict"] in ("yes", "no"):
-        return value["verdict"] == "yes"
+        return bool(value["verdict"] == "yes")
     return None
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -53,7 +53,9 @@ def window(connection: redis.Redis, now: float | None = None) -> dict[int, dict[
 
 
 def totals(connection: redis.Redis) -> dict[tuple[str, str, str], int]:
-    return {tuple(k.decode().split("|", 2)): int(v) for k, v in connection.hgetall(TOTALS_KEY).items()}
+    counts = cast("dict[bytes, bytes]", connection.hgetall(TOTALS_KEY))  # no decode_responses: bytes
+    # Each field is "split|grading|outcome" (count_grade writes it): three labels.
+    return {cast("tuple[str, str, str]", tuple(k.decode().split("|", 2))): int(v) for k, v in counts.items()}
 
 
 def faults(connection: redis.Redis) -> list[dict[str, Any]]:

@@ -7,12 +7,13 @@ tier, is an extra field of RQ's worker hash, so it lives and dies with the worke
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis
 from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
 from rq.serializers import JSONSerializer
+from rq.worker import BaseWorker
 
 TIER_FIELD = "sandbox_tier"
 # The queued grading kinds, which are the queue names. Only these: a Redis shared with other
@@ -29,7 +30,7 @@ def _timestamp(value: Any) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def _current_job(worker: Worker) -> dict[str, Any] | None:
+def _current_job(worker: BaseWorker) -> dict[str, Any] | None:
     job_id = worker.get_current_job_id()
     if job_id is None:
         return None
@@ -47,7 +48,7 @@ def live_workers(connection: redis.Redis) -> list[dict[str, Any]]:
     kind and age of the job it is running. Job ids only: payloads hold candidate text."""
     rows = []
     for worker in Worker.all(connection=connection, serializer=JSONSerializer):
-        tier = connection.hget(worker.key, TIER_FIELD)
+        tier = cast("bytes | None", connection.hget(worker.key, TIER_FIELD))  # no decode_responses: bytes
         rows.append({
             "name": worker.name,
             "hostname": worker.hostname,

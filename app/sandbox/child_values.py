@@ -22,6 +22,11 @@ candidate's own making (type names, dtype text, reprs) is ever put on the wire. 
 
 import sys
 
+# For the type checker only (mypy reads this name as true): the child imports nothing it does not use.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # Captured before candidate code runs: rebinding the builtins afterwards cannot change them here.
 _int, _float, _str, _bool, _list, _tuple, _dict = int, float, str, bool, list, tuple, dict
 _type, _len, _isinstance = type, len, isinstance
@@ -34,7 +39,7 @@ ARRAY_KINDS = ("bool", "int", "float")
 _KIND_OF = {"b": "bool", "i": "int", "u": "int", "f": "float"}
 # Filled by the runner after warm-up, before any candidate code: the one concrete jax.Array type
 # and the one sharding type whose mesh and spec are read.
-_JAX_TYPES = []
+_JAX_TYPES: list[type] = []
 
 
 class ResultTooLarge(Exception):
@@ -108,7 +113,7 @@ def _sharding_claim(arr):
     return mesh, spec
 
 
-def plain_problem(value, max_items):
+def plain_problem(value: "Any", max_items: int) -> str | None:
     """None when value is well-formed wire data within the caps; else a short fixed reason.
     Iterative, so neither depth nor width can exhaust a stack; a list's scalars are checked in
     place (the common case) rather than pushed."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from app.tasks import formulas as fm
 from app.tasks.hardware import CHIPS
@@ -22,7 +23,37 @@ Solution = Callable[[], tuple[float, ...]]
 
 SOLUTIONS: dict[str, Solution] = {}
 
-V5E, V5P, V4P, V6E = CHIPS["TPU v5e"], CHIPS["TPU v5p"], CHIPS["TPU v4p"], CHIPS["TPU v6e"]
+
+
+def _required(value: float | None, what: str) -> float:
+    if value is None:
+        raise ValueError(f"the spec table has no {what}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _TpuFigures:
+    """A TPU's spec row with the figures the solutions read made required: ChipSpec leaves them
+    optional for GPUs, but every TPU row in the book's tables has them."""
+
+    hbm_bytes: float
+    hbm_bandwidth: float
+    bf16_flops: float
+    int8_flops: float
+    ici_bandwidth_bidi: float
+    ici_bandwidth_oneway: float
+
+    @classmethod
+    def of(cls, name: str) -> _TpuFigures:
+        c = CHIPS[name]
+        return cls(
+            c.hbm_bytes, c.hbm_bandwidth, _required(c.bf16_flops, f"{name} bf16 FLOP/s"),
+            _required(c.int8_flops, f"{name} int8 OP/s"), _required(c.ici_bandwidth_bidi, f"{name} ICI bandwidth"),
+            _required(c.ici_bandwidth_oneway, f"{name} one-way ICI bandwidth"),
+        )
+
+
+V5E, V5P, V4P, V6E = (_TpuFigures.of(name) for name in ("TPU v5e", "TPU v5p", "TPU v4p", "TPU v6e"))
 # A TPU v5e slice is a 2D grid of 1, 4 (2x2), 8 (2x4), 16 (4x4), 32 (4x8)... chips.
 V5E_SLICES = (1, 4, 8, 16, 32, 64, 128, 256)
 KIB = 1024
@@ -400,7 +431,7 @@ def _() -> tuple[float, ...]:
 def _() -> tuple[float, ...]:
     b200 = CHIPS["B200"]
     small = fm.comms_time(fm.matmul_bytes(64, 4096, 8192, 2), b200.hbm_bandwidth)
-    large = fm.compute_time(fm.matmul_flops(512, 4096, 8192), b200.bf16_flops)
+    large = fm.compute_time(fm.matmul_flops(512, 4096, 8192), _required(b200.bf16_flops, "B200 bf16 FLOP/s"))
     return small, large
 
 
