@@ -183,7 +183,8 @@ def test_rq_dashboard_is_an_optional_loopback_service() -> None:
     command = dashboard["command"]
     assert "--json" in command  # our jobs are JSON-serialised
     assert "--disable-delete" in command
-    install = next(line for line in dashboard["build"]["dockerfile_inline"].splitlines() if "pip install" in line)
+    dockerfile = (ROOT / dashboard["build"]["dockerfile"]).read_text()
+    install = next(line for line in dockerfile.splitlines() if "pip install" in line)
     assert "rq-dashboard==" in install and " six" in install  # rq-dashboard 0.9 imports six undeclared
     for name in ("redis", "api", "worker"):
         assert "profiles" not in services[name]
