@@ -170,8 +170,9 @@ up() {
   if compose_v2; then
     compose up -d --no-build --remove-orphans --scale "worker=$WORKERS" >&2
   else
-    # shellcheck disable=SC2046  # one service name per word
-    compose up -d --no-build $(compose config --services | grep -vx worker) >&2
+    # shellcheck disable=SC2046  # one service name per word; naming a profiled service (the optional
+    # rq-dashboard) would start it, so it is left out here as compose v2 leaves it out by itself
+    compose up -d --no-build $(compose config --services | grep -vx -e worker -e rq-dashboard) >&2
     # started afresh, so they run with the current images and settings
     local old
     old=$(worker_containers)
