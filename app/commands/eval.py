@@ -15,16 +15,12 @@ import re
 import sys
 from pathlib import Path
 
-from app.evaluation.progress import progress_bar
-from app.evaluation.report import write_report
-from app.evaluation.runner import EvalConfig, run_rollouts
 from app.graders.judge import judge_problem
 from app.graders.options import GradeOptions, JudgeSpec
 from app.integrations.grading import judge_settings
 from app.settings import Settings
 from app.tasks.base import UnknownTask
 from app.tasks.registry import UnknownSplit
-from scaling_book.tasks import chapter_list, public_tasks
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,6 +73,13 @@ def _no_judge_for(tasks: list[dict], args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: evaluation samples through the trainer-side package (scaling_book),
+    # which the service's container images do not carry, and every command imports this module.
+    from app.evaluation.progress import progress_bar
+    from app.evaluation.report import write_report
+    from app.evaluation.runner import EvalConfig, run_rollouts
+    from scaling_book.tasks import chapter_list, public_tasks
+
     if args.num_tasks < 0 or args.rollouts < 1 or args.concurrency < 1:
         print("-n must be >= 0 (0: the whole split), -r and -c positive", file=sys.stderr)
         return 2
