@@ -205,6 +205,9 @@ run_tests() {
     export BOOK_MIRROR STACK_BOOK_MIRROR=1
   fi
   export STACK_TEST=1
+  # A stack (and its volumes: Redis's AOF holds rate buckets and queues) left by an earlier run
+  # that could not clean up would make the tests start from its state, not a fresh one.
+  down 2>/dev/null || true
   [ "${KEEP_STACK:-0}" = 1 ] || trap 'down' EXIT
   local started=$SECONDS
   up >"$STATE.up.log" || { cat "$STATE.up.log"; exit 1; }
