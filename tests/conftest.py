@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fake_openai import FakeOpenAI
+from tests.support.redis_server import RedisServer
+
 ROOT = Path(__file__).resolve().parents[1]
 BOOK_COMMIT = "772889525cbeca175408a0547b1b5fab4760f26c"
 BOOK_MIRROR = (ROOT.parent / "shared" / "book" / BOOK_COMMIT).resolve()
@@ -22,3 +25,23 @@ def server_url():
 
     with running_server() as url:
         yield url
+
+
+# Shared by the tests that need their own Redis (function scope: a fresh server each) and a
+# loopback judge (module scope: one per test module).
+@pytest.fixture
+def redis_server():
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def judge_server():
+    fake = FakeOpenAI().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()

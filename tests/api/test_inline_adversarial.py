@@ -17,19 +17,10 @@ from app.settings import Settings
 from app.tasks.exam.bank import load_bank
 from app.tasks.synthetic.bank import SyntheticBank
 from app.tasks.tasks.bank import build_tasks
-from tests.fake_openai import ADVERSARIAL_SHAPES, FakeOpenAI
+from tests.fake_openai import ADVERSARIAL_SHAPES
 from tests.support.server import running_server
 
 DOWN = "http://127.0.0.1:9/v1"  # allow-listed, but nothing listens: an endpoint fault
-
-
-@pytest.fixture(scope="module")
-def judge_server():
-    fake = FakeOpenAI().start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,6 @@ pytestmark = pytest.mark.slow  # a real HTTP server per module: left out of `mak
 
 
 @pytest.fixture(scope="module")
-def judge_server():
-    fake = FakeOpenAI().start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
-
-
-@pytest.fixture(scope="module")
 def api(judge_server):
     env = {"SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": f'["{judge_server.base_url}"]'}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=60) as client:

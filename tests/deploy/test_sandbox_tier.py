@@ -15,7 +15,6 @@ import pytest
 
 from app.graders.tier_policy import TIER_ORDER, meets_minimum, refusal
 from app.tasks.impl import reference
-from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker
 
@@ -25,15 +24,6 @@ FAST = {"SCALING_GRADER_QUEUE__HEARTBEAT_INTERVAL": "1", "SCALING_GRADER_QUEUE__
 WEAK = {"SCALING_GRADER_SANDBOX__TIER": "plain", "SCALING_GRADER_SANDBOX__MIN_TIER": "bubblewrap"}
 RIGHT = "```python\n" + inspect.getsource(reference.critical_batch_size) + "```\n"
 IMPL = {"task_id": "impl/critical_batch_size", "completion": RIGHT, "all_or_nothing": True}
-
-
-@pytest.fixture
-def redis_server():
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def _workers(client: httpx.Client, want: int, timeout: float = 90) -> list[dict]:
