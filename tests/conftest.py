@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,18 @@ def judge_server():
         yield fake
     finally:
         fake.stop()
+
+
+# The judge tests' loopback judge (session scope, reset before each test); its slow models take
+# 1.5 s, for the timeout tests.
+@pytest.fixture(scope="session")
+def fake_openai() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI(slow_seconds=1.5).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake(fake_openai: FakeOpenAI) -> FakeOpenAI:
+    fake_openai.reset()
+    return fake_openai

@@ -191,8 +191,8 @@ def test_eval_report_keeps_expected_values_only_when_revealed(tmp_path) -> None:
     import sys
 
     from scaling_book.tasks import public_tasks
-    from tests.ecosystem.oracle import wrong
-    from tests.ecosystem.policy import PolicyFake
+    from tests.support.oracle import wrong
+    from tests.support.policy import PolicyFake
     from tests.support.server import ROOT
 
     tasks = public_tasks("synthetic", chapters=None, n=2, seed=5, url=None)

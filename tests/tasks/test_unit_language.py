@@ -18,7 +18,7 @@ from app.settings import Settings
 from app.tasks.book.bank import parse_bank
 from app.tasks.exam.bank import build_tasks
 from app.tasks.synthetic.bank import SyntheticBank
-from tests.book_mirror import mirror_path
+from tests.support.book_mirror import mirror_path
 
 INTENSITY = "[operation] / [information]"
 RATE = "1 / [time]"

@@ -1,0 +1,106 @@
+"""verifiers 0.4 (only its v1 API) in a venv of its own (it cannot share one with the 0.3 the test
+extra installs): the id `scaling-book` resolves through verifiers' own loaders to this package's
+taskset, harness and config; the config carries every argument and survives the env-server wire
+(a model_dump validated again); tasks carry no answers; the task's reward grades the final reply;
+judge items without a judge are refused at load; `vf-eval scaling-book -h` shows the arguments.
+
+A full `vf-eval` rollout is not run here: verifiers 0.4 runs every harness as a uv script it
+prepares (downloading its dependencies), which a test machine need not allow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.server import ROOT
+
+VERSION = "0.4.0"
+VENV = ROOT / ".cache" / f"verifiers-{VERSION}"
+
+SCRIPT = r"""
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[1])
+import verifiers, verifiers.v1 as vf
+from verifiers.v1.utils.loaders import (default_harness_id, harness_class, load_taskset, resolve_env_config,
+                                        taskset_class)
+import scaling_book
+from tests.support.oracle import gold, right, wrong
+
+out = {"version": verifiers.__version__, "legacy": hasattr(verifiers, "SingleTurnEnv")}
+out["taskset"] = taskset_class("scaling-book") is scaling_book.ScalingBookTaskset
+out["harness"] = default_harness_id("scaling-book") == "scaling-book" and (
+    harness_class("scaling-book") is scaling_book.ScalingBookHarness)
+args = {"id": "scaling-book", "split": "synthetic", "chapters": ["roofline"], "num_synthetic_examples": 3,
+        "seed": 61, "tolerance": 0.6, "judge_model": None, "judge_base_url": None, "judge_api_key_var": None,
+        "service_url": None, "num_examples": None}
+config = resolve_env_config({"taskset": args})
+wire = resolve_env_config(json.loads(config.model_dump_json()))  # what the env server receives
+out["config"] = {k: getattr(wire.taskset, k) for k in args}
+tasks = list(load_taskset(wire.taskset))
+out["tasks"] = [(t.data.task_id, t.data.chapter, t.key) for t in tasks]
+out["answers_hidden"] = all(v not in t.data.prompt for t in tasks for v in gold(t.data.task_id))
+scores = []
+for t in tasks:
+    for text in (right(t.data.task_id), "no answer here", wrong(t.data.task_id)):
+        trace = vf.Trace.model_construct(root_reply=text)
+        asyncio.run(t.score(trace))
+        scores.append((trace.rewards["scaling_grader"].value, trace.metrics["scored"]))
+out["scores"] = scores
+try:
+    judged = {"id": "scaling-book", "split": "exam", "chapters": "roofline"}
+    load_taskset(resolve_env_config({"taskset": judged}).taskset)
+    out["judge_refused"] = ""
+except ValueError as e:
+    out["judge_refused"] = str(e)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def venv_python() -> Path:
+    python = VENV / "bin" / "python"
+    marker = VENV / "installed"
+    if not marker.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
+        done = subprocess.run([str(python), "-m", "pip", "install", "-q", f"verifiers=={VERSION}", "-e", str(ROOT),
+                               "-e", str(ROOT / "scaling_book")], capture_output=True, text=True, timeout=1500)
+        assert done.returncode == 0, done.stderr[-3000:]
+        marker.write_text(VERSION)
+    return python
+
+
+@pytest.mark.slow
+def test_the_v1_taskset_as_verifiers_04_loads_it(venv_python: Path, tmp_path: Path) -> None:
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run([str(venv_python), str(script), str(ROOT)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["version"] == VERSION and out["legacy"] is False  # the v1 API only
+    assert out["taskset"] and out["harness"]
+    assert out["config"] == {"id": "scaling-book", "split": "synthetic", "chapters": ["roofline"],
+                             "num_synthetic_examples": 3, "seed": 61, "tolerance": 0.6, "judge_model": None,
+                             "judge_base_url": None, "judge_api_key_var": None, "service_url": None,
+                             "num_examples": None}
+    assert len(out["tasks"]) == 3 and all(c == "roofline" and key == tid for tid, c, key in out["tasks"])
+    assert out["answers_hidden"]
+    # right: 1.0; no answer: 0.0 (scored); wrong by half: inside the 60% tolerance given, so 1.0
+    assert out["scores"] == [[1.0, 1.0], [0.0, 1.0], [1.0, 1.0]] * 3
+    assert "judge_model" in out["judge_refused"]
+
+
+@pytest.mark.slow
+def test_vf_eval_shows_the_taskset_arguments(venv_python: Path) -> None:
+    vf_eval = venv_python.parent / "vf-eval"
+    done = subprocess.run([str(vf_eval), "scaling-book", "-h"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("split", "chapters", "num-synthetic-examples", "seed", "tolerance", "judge-model",
+                 "judge-base-url", "judge-api-key-var", "service-url"):
+        assert f"--env.taskset.{name}" in done.stdout, name
