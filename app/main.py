@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.api import coverage, grade, health, jobs, rewards, status, tasks
 from app.api.auth import TenantMiddleware
+from app.api.deps import CheckResult, ReadinessCheck
 from app.api.docs import install_offline_docs
 from app.api.errors import document_error_bodies, install_error_handlers
 from app.api.openapi_docs import document_limits, document_refusals
@@ -37,16 +38,16 @@ def job_backend(settings: Settings) -> JobBackend:
     return EmbeddedJobs(settings)
 
 
-def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, Callable[[], Any]]:
-    def synthetic() -> tuple[bool, Any]:
+def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, ReadinessCheck]:
+    def synthetic() -> CheckResult:
         bank = get_bank("synthetic", settings)
         return True, {"families": len(bank.info()["families"])}
 
-    def sandbox() -> tuple[bool, Any]:
+    def sandbox() -> CheckResult:
         status = sandbox_status(settings)  # the first call probes the tiers once
         return bool(status.get("ok")), {k: v for k, v in status.items() if k != "ok"}
 
-    checks: dict[str, Callable[[], Any]] = {
+    checks: dict[str, ReadinessCheck] = {
         "synthetic": synthetic,
         "mode": lambda: (True, "redis" if settings.redis_url else "embedded"),
         "queue": grading.jobs.ready,

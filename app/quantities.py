@@ -165,11 +165,6 @@ def combine(words: tuple[tuple[str, str], ...]) -> tuple[float, str]:
     return factor, (DIMENSIONLESS if not container else str(container))
 
 
-def unit_factor(expression: str) -> tuple[float, str]:
-    """(factor to base units, dimension) of a single pint expression (a canonical word)."""
-    return combine((("*", expression),))
-
-
 # ---- LaTeX and typography ------------------------------------------------------------------
 
 _LATEX_WRAPPERS = re.compile(r"\\(?:text|mathrm|textrm|mathbf|textbf|operatorname|mbox|mathit|rm)\s*\{([^{}]*)\}")

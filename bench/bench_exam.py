@@ -23,9 +23,9 @@ from app.graders.judge_prompt import build_messages
 from app.graders.options import GradeOptions, JudgeSpec
 from app.settings import JudgeSettings, Settings
 from app.tasks.base import Task
+from app.tasks.book.source import CHAPTER_DIGESTS, COMMIT
 from app.tasks.exam import source
 from app.tasks.exam.bank import build_tasks
-from app.tasks.exam.source import BOOK_COMMIT, CHAPTER_SHA256
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = Task(id="exam/bench/101", split="exam", prompt="Why is decode memory-bound?", grading="judge",
@@ -91,9 +91,9 @@ def bench_judge(n: int) -> None:
 
 
 def bench_bank(repeats: int) -> None:
-    mirror = REPO.parent / "shared" / "book" / BOOK_COMMIT
+    mirror = REPO.parent / "shared" / "book" / COMMIT
     settings = Settings(book_mirror=mirror)
-    chapters = [c for c in CHAPTER_SHA256 if (mirror / f"{c}.md").is_file()]
+    chapters = [c for c in CHAPTER_DIGESTS if (mirror / f"{c}.md").is_file()]
 
     start = time.perf_counter()
     for _ in range(repeats):

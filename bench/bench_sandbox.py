@@ -22,8 +22,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app.sandbox import get_sandbox
 from app.sandbox.launch import Child, max_message_bytes, read_messages
+from app.sandbox.pool import get_sandbox
 from app.settings import SandboxSettings
 from app.tasks.impl import reference
 

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from app.settings import Settings, get_settings
+from app.tasks import registry
 from tests.fake_openai import FakeOpenAI
+from tests.support.book_mirror import mirror_path
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,3 +64,21 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 def fake(fake_openai: FakeOpenAI) -> FakeOpenAI:
     fake_openai.reset()
     return fake_openai
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No split loaded for this test, so its settings are the ones the banks load with; the banks
+    loaded before come back after it."""
+    monkeypatch.setattr(registry, "_banks", {})
+
+
+@pytest.fixture
+def service_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh_registry: None) -> Iterator[Settings]:
+    """The service's own settings path (environment -> get_settings) pointed at the verified
+    mirror and a private book cache."""
+    monkeypatch.setenv("SCALING_GRADER_BOOK_MIRROR", str(mirror_path()))
+    monkeypatch.setenv("SCALING_GRADER_BOOK_CACHE", str(tmp_path / "cache"))
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()

@@ -1,11 +1,13 @@
-"""What routes get from the application, typed: the settings and the grading service.
+"""What routes get from the application, typed: the settings, the grading service and the
+readiness checks.
 
 FastAPI routes take them as ``Annotated`` dependencies (``SettingsDep``, ``GradingDep``); the plain
 Starlette routes of the hot path (grade.py, rewards.py) call ``settings_of`` and ``grading_of``."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
@@ -22,6 +24,16 @@ def settings_of(request: HTTPConnection) -> Settings:
 def grading_of(request: HTTPConnection) -> GradingService:
     grading: GradingService = request.app.state.grading
     return grading
+
+
+# One check of /readyz: (ok, what it found), or an awaitable of it (the queue check asks Redis).
+CheckResult = tuple[bool, Any]
+ReadinessCheck = Callable[[], CheckResult | Awaitable[CheckResult]]
+
+
+def readiness_checks_of(request: HTTPConnection) -> dict[str, ReadinessCheck]:
+    checks: dict[str, ReadinessCheck] = request.app.state.readiness_checks
+    return checks
 
 
 # async: a plain def dependency hops to the threadpool on every request.

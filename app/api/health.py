@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.api.deps import grading_of, readiness_checks_of
 from app.jobs.presence import live_workers
 from app.observability import READY, REGISTRY
 
@@ -24,7 +25,7 @@ def healthz() -> dict[str, str]:
 async def readyz(request: Request) -> JSONResponse:
     checks: dict[str, Any] = {}
     ready = True
-    for name, check in request.app.state.readiness_checks.items():
+    for name, check in readiness_checks_of(request).items():
         try:
             outcome = check()
             ok, info = (await outcome) if inspect.isawaitable(outcome) else outcome
@@ -34,7 +35,7 @@ async def readyz(request: Request) -> JSONResponse:
         ready = ready and ok
     READY.set(1 if ready else 0)
     body: dict[str, Any] = {"ready": ready, "checks": checks}
-    redis = getattr(request.app.state.grading.jobs, "async_redis", None)
+    redis = getattr(grading_of(request).jobs, "async_redis", None)
     if redis is not None:
         # Informational: the API can queue work with no worker up, so this never fails readiness.
         try:

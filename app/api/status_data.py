@@ -14,6 +14,7 @@ from fastapi import Request
 
 from app import __version__
 from app.api import health
+from app.api.deps import settings_of
 from app.jobs import grade_log
 from app.jobs.redis_jobs import REDIS_ERRORS, sync_connection
 from app.jobs.worker_registry import live_workers, queue_depths
@@ -77,7 +78,7 @@ def _redis_side(connection: redis.Redis) -> dict[str, Any]:
 
 def status_connection(request: Request) -> redis.Redis | None:
     """A synchronous Redis client of the status page's own, made once per app."""
-    settings: Settings = request.app.state.settings
+    settings = settings_of(request)
     if not settings.redis_url:
         return None
     connection = getattr(request.app.state, "status_redis", None)
@@ -87,7 +88,7 @@ def status_connection(request: Request) -> redis.Redis | None:
 
 
 async def collect_status(request: Request) -> dict[str, Any]:
-    settings: Settings = request.app.state.settings
+    settings = settings_of(request)
     readiness = json.loads(bytes((await health.readyz(request)).body))  # Starlette types body as bytes | memoryview
     splits = await anyio.to_thread.run_sync(_splits, settings)
     connection = status_connection(request)

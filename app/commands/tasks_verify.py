@@ -140,7 +140,7 @@ def check_task(rt: RowsTask, stored: Mapping[str, Any] | None) -> TaskReport:
             rows = [r for r in gold if r.get(a.key[0]) == a.key[1]]
             got = a.rounded(rows[0][a.field]) if len(rows) == 1 else "no row"
             if got != a.shown:
-                bad.append(f"{a.field} at {a.key} is {got}, required {a.shown}")
+                bad.append(f"{a.what}: {a.field} at {a.key} is {got}, required {a.shown}")
         c["anchors"] = "ok" if not bad else "FAIL: " + "; ".join(bad)
 
     for name, conventions in SLIPS.items():

@@ -111,7 +111,7 @@ def accuracy_figure(summary: dict[str, Any]) -> Any:
 
 
 def plot_accuracy_by_chapter(summary: dict[str, Any], path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional and slow to import, as in accuracy_figure
 
     fig = accuracy_figure(summary)
     fig.savefig(path, dpi=120)

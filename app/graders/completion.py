@@ -60,14 +60,6 @@ def _after_last_close(text: str) -> str | None:
     return None if last is None else text[last.end() :]
 
 
-def drop_thinking(text: str) -> str:
-    """Closed reasoning blocks removed, and everything up to a stray ``</think>``; an unclosed
-    ``<think>`` is left in place (for reading a judge's reply, where it is noise, not a trap)."""
-    text = _drop_closed_blocks(text)
-    after = _after_last_close(text)
-    return text if after is None else after
-
-
 def strip_hidden(text: str) -> str:
     """HTML comments dropped: a reader of the rendered answer never sees them."""
     return _HTML_COMMENT.sub(" ", text) if "<!--" in text else text

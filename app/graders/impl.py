@@ -23,11 +23,11 @@ from app.graders.impl_source import denied_imports, extract_code
 from app.graders.impl_verdict import NOTHING, CaseVerdict, Reason, assess
 from app.graders.result import GradeResult, Outcome
 from app.graders.tier_policy import meets_minimum, refusal
-from app.sandbox import get_sandbox
+from app.sandbox.pool import get_sandbox
 
 if TYPE_CHECKING:
     from app.graders.options import GradeOptions
-    from app.sandbox import Sandbox
+    from app.sandbox.pool import Sandbox
     from app.settings import Settings
     from app.tasks.base import Task
     from app.tasks.impl.spec import Case, Exercise

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from app.graders.impl_decode import JaxClaim, decode
 
 if TYPE_CHECKING:
-    from app.sandbox import Sandbox
+    from app.sandbox.pool import Sandbox
 
 
 def describe_placements(claims):  # pragma: no cover - runs in a sandbox child

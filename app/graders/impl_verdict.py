@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from app.graders.impl_decode import DEFAULT_MAX_ITEMS, JaxClaim, Returned, Unsupported, decode
 
 if TYPE_CHECKING:
-    from app.sandbox import CaseRun
+    from app.sandbox.executor import CaseRun
     from app.tasks.impl.spec import Case
 
 __all__ = ["NOTHING", "VERDICTS", "CaseVerdict", "Reason", "assess", "compare", "decode", "judge_case", "time_bucket"]

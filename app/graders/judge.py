@@ -120,10 +120,6 @@ def judge_problem(options: GradeOptions, settings: Settings) -> str | None:
     return None
 
 
-def judge_available(options: GradeOptions, settings: Settings) -> bool:
-    return judge_problem(options, settings) is None
-
-
 def require_judge_for(tasks: Iterable[Task], options: GradeOptions, settings: Settings) -> None:
     """Refuse up front (JudgeUnavailable) a request holding judge items when no judge is usable,
     instead of returning a judge_error per item after the fact."""

@@ -25,11 +25,6 @@ class ChipSpec:
     fp4_flops: float | None = None
     source: str = ""  # chapter and table the figures come from
 
-    @property
-    def critical_intensity(self) -> float | None:
-        """Peak bf16 FLOP/s over HBM bandwidth: the FLOPs/byte needed to be compute-bound."""
-        return None if self.bf16_flops is None else self.bf16_flops / self.hbm_bandwidth
-
 
 _TPU_TABLE = "tpus: TPU specs table (HBM, bandwidth, FLOPs) and ICI bandwidth table"
 _GPU_TABLE = "gpus: GPU specs tables (HBM capacity; HBM bandwidth and FLOPs); NVLink node bandwidth"

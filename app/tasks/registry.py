@@ -90,9 +90,3 @@ def resolve_task(task_id: str, settings: Settings) -> Task:
     except UnknownSplit:
         raise UnknownTask(task_id) from None
     return bank.get(task_id)
-
-
-def clear_cache() -> None:
-    """Forget loaded banks (tests that change settings)."""
-    with _lock:
-        _banks.clear()

@@ -9,7 +9,6 @@ import pytest
 from app.commands import exam_summary as exam_command
 from app.commands import judge_check
 from app.settings import Settings, get_settings
-from app.tasks import registry
 from app.tasks.exam.bank import build_tasks
 from tests.support.book_mirror import mirror_path
 
@@ -21,15 +20,13 @@ def parser_for(module) -> argparse.ArgumentParser:
 
 
 @pytest.fixture
-def book_env(monkeypatch, tmp_path):
+def book_env(monkeypatch, tmp_path, fresh_registry):
     monkeypatch.setenv("SCALING_GRADER_BOOK_MIRROR", str(mirror_path()))
     monkeypatch.setenv("SCALING_GRADER_BOOK_CACHE", str(tmp_path))
     monkeypatch.delenv("SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS", raising=False)
     get_settings.cache_clear()
-    registry.clear_cache()
     yield
     get_settings.cache_clear()
-    registry.clear_cache()
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from app.sandbox import get_sandbox
+from app.sandbox.pool import get_sandbox
 from tests.sandbox.attacks import code, guarded
 from tests.sandbox.isolation_support import entries_of_uid, hostile, observed
 from tests.sandbox.tiers import SHORT_LIMITS, box_for, tier_settings
+
+pytestmark = pytest.mark.slow  # real sandboxed children under attack: left out of `make test-fast`
 
 GIB = 1024**3
 

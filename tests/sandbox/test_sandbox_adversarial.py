@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from app.graders.impl_verdict import decode, judge_case
-from app.sandbox import CaseRun, Sandbox
+from app.sandbox.executor import CaseRun
+from app.sandbox.pool import Sandbox
 from app.sandbox.uids import processes_of
 from app.tasks.impl.spec import Case
 from tests.sandbox.attacks import ALL, OS_LAYER, Attack, code

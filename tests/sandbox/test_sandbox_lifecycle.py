@@ -45,6 +45,7 @@ def _cgroup_parents_named(pid: int) -> list[Path]:
     return [d for base in bases for d in base.glob(f"scaling-grader-cases-{pid}-*")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stop_signal_leaves_no_staging_directory_or_control_group(tmp_path: Path, sig: int) -> None:
     process, url = _start({}, tmp_path)
@@ -65,6 +66,7 @@ def test_stop_signal_leaves_no_staging_directory_or_control_group(tmp_path: Path
     assert _cgroup_parents_named(process.pid) == []
 
 
+@pytest.mark.slow
 def test_start_removes_leftovers_of_dead_services_only(tmp_path: Path) -> None:
     dead = tmp_path / "scaling-grader-stage-dead"
     dead.mkdir()
@@ -100,6 +102,7 @@ def _tenants_env(tmp_path: Path, tier: str = "plain", **extra: str) -> dict[str,
     return {"SCALING_GRADER_TENANTS_FILE": str(tenants), "SCALING_GRADER_SANDBOX__TIER": tier, **extra}
 
 
+@pytest.mark.slow
 def test_plain_tier_is_refused_for_a_multi_tenant_service(tmp_path: Path) -> None:
     process, _ = _start(_tenants_env(tmp_path), tmp_path)
     out, _ = process.communicate(timeout=120)
@@ -109,6 +112,7 @@ def test_plain_tier_is_refused_for_a_multi_tenant_service(tmp_path: Path) -> Non
     assert "Traceback" not in text
 
 
+@pytest.mark.slow
 def test_plain_tier_runs_for_a_multi_tenant_service_only_when_allowed(tmp_path: Path) -> None:
     env = _tenants_env(tmp_path, SCALING_GRADER_SANDBOX__ALLOW_PLAIN="true")
     process, url = _start(env, tmp_path)
@@ -122,6 +126,7 @@ def test_plain_tier_runs_for_a_multi_tenant_service_only_when_allowed(tmp_path: 
         process.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_worker_refuses_the_plain_tier_with_a_tenants_file(tmp_path: Path) -> None:
     env = {**os.environ, **_tenants_env(tmp_path), "TMPDIR": str(tmp_path),
            "SCALING_GRADER_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 
-from app.sandbox import Sandbox, get_sandbox
 from app.sandbox.launch import SandboxFault
+from app.sandbox.pool import Sandbox, get_sandbox
 from app.settings import SandboxSettings
 
 SHORT_LIMITS = {

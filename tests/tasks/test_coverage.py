@@ -10,8 +10,6 @@ import httpx
 import pytest
 
 from app.commands import coverage as coverage_command
-from app.settings import get_settings
-from app.tasks import registry
 from app.tasks.coverage import compute_coverage, item_ids, key_content
 
 # Items per chapter in the original environment's map (the issue lists them by chapter).
@@ -35,19 +33,6 @@ FINE_ITEMS = {
 }
 
 
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    from tests.support.book_mirror import mirror_path
-
-    monkeypatch.setenv("SCALING_GRADER_BOOK_MIRROR", str(mirror_path()))
-    monkeypatch.setenv("SCALING_GRADER_BOOK_CACHE", str(tmp_path / "cache"))
-    get_settings.cache_clear()
-    registry.clear_cache()
-    yield get_settings()
-    registry.clear_cache()
-    get_settings.cache_clear()
-
-
 def test_fifty_eight_items_at_the_original_granularity() -> None:
     content = key_content()
     assert {c: len(v.items) for c, v in content.items()} == EXPECTED_ITEMS_PER_CHAPTER
@@ -59,8 +44,8 @@ def test_fifty_eight_items_at_the_original_granularity() -> None:
         assert all(w in title for w in words), (item, title)
 
 
-def test_every_item_is_covered_by_some_task(env) -> None:
-    cov = compute_coverage(env)
+def test_every_item_is_covered_by_some_task(service_env) -> None:
+    cov = compute_coverage(service_env)
     assert not cov.unavailable, cov.unavailable
     assert cov.uncovered() == []
     assert not cov.unknown_tags
@@ -74,7 +59,7 @@ def _strict(argv: list[str]) -> int:
     return args.func(args)
 
 
-def test_strict_passes_on_all_splits_and_fails_on_any_gap(env, capsys) -> None:
+def test_strict_passes_on_all_splits_and_fails_on_any_gap(service_env, capsys) -> None:
     assert _strict(["--strict"]) == 0
     out = capsys.readouterr().out
     assert "0 of 58 key-content items have no task in any split." in out
@@ -83,6 +68,7 @@ def test_strict_passes_on_all_splits_and_fails_on_any_gap(env, capsys) -> None:
     assert "(uncovered)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_coverage_endpoint_reports_the_58_items(server_url) -> None:
     r = httpx.get(f"{server_url}/v1/coverage", timeout=120)
     assert r.status_code == 200

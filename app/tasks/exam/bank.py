@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 import tomllib
 from collections.abc import Iterable
 from functools import lru_cache
@@ -12,11 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.tasks.base import FiniteBank, Task
+from app.tasks.book.source import BookSourceError
 from app.tasks.exam.model import ConceptQuestion, Locator, NumericQuestion
-from app.tasks.exam.numeric import CHAPTER_MODULES
-
-# TEMPORARY: switch to the shared book-source module at merge (same signature).
-from app.tasks.exam.source import BookSourceError, chapter_text
+from app.tasks.exam.numeric import CHAPTER_QUESTIONS
+from app.tasks.exam.source import chapter_text
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -44,11 +42,7 @@ def key_content() -> dict[str, list[str]]:
 
 
 def numeric_questions() -> list[tuple[str, NumericQuestion]]:
-    out = []
-    for chapter, module_name in CHAPTER_MODULES.items():
-        module = importlib.import_module(f"app.tasks.exam.numeric.{module_name}")
-        out += [(chapter, q) for q in module.QUESTIONS]
-    return out
+    return [(chapter, q) for chapter, questions in CHAPTER_QUESTIONS.items() for q in questions]
 
 
 def concept_questions() -> list[tuple[str, ConceptQuestion]]:

@@ -12,7 +12,7 @@ import inspect
 import re
 import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 Number = int | float
 Oracle = Callable[..., float | tuple[float, ...]]
@@ -97,6 +97,32 @@ class NumericQuestion:
             )
 
 
+def collector() -> tuple[list[NumericQuestion], Callable[..., Callable[[Oracle], Oracle]]]:
+    """A chapter module's question list and its ``@numeric(nnn, items, units, template, **args)``
+    decorator: the decorated function is the question's oracle, and its parameters are exactly
+    the raw quantities the prompt states."""
+    questions: list[NumericQuestion] = []
+
+    def numeric(nnn: int, items: tuple[str, ...] | str, units: tuple[str, ...] | str, template: str,
+                **args: Number) -> Callable[[Oracle], Oracle]:
+        def register(oracle: Oracle) -> Oracle:
+            question = NumericQuestion(
+                nnn=nnn,
+                items=(items,) if isinstance(items, str) else tuple(items),
+                template=" ".join(template.split()),
+                args=args,
+                oracle=oracle,
+                units=(units,) if isinstance(units, str) else tuple(units),
+            )
+            question.check_signature()
+            questions.append(question)
+            return oracle
+
+        return register
+
+    return questions, numeric
+
+
 @dataclass(frozen=True)
 class Locator:
     chapter: str
@@ -113,4 +139,3 @@ class ConceptQuestion:
     reference: str
     locator: Locator
     rationale: str
-    extra_tags: tuple[str, ...] = field(default=())

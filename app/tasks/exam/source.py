@@ -7,14 +7,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from app.tasks.book.source import CHAPTER_DIGESTS as CHAPTER_SHA256
-from app.tasks.book.source import COMMIT as BOOK_COMMIT
-from app.tasks.book.source import BookSourceError, load_chapters
+from app.tasks.book.source import CHAPTER_DIGESTS, BookSourceError, load_chapters
 
 if TYPE_CHECKING:
     from app.settings import Settings
-
-__all__ = ["BOOK_COMMIT", "CHAPTER_SHA256", "BookSourceError", "chapter_text"]
 
 _cache: dict[tuple[str, str, str], str] = {}
 _lock = threading.Lock()
@@ -22,7 +18,7 @@ _lock = threading.Lock()
 
 def chapter_text(settings: Settings, chapter: str) -> str:
     """The chapter's text at the pinned commit, verified against its SHA-256."""
-    if chapter not in CHAPTER_SHA256:
+    if chapter not in CHAPTER_DIGESTS:
         raise BookSourceError(f"unknown chapter {chapter!r}")
     key = (str(settings.book_mirror), str(settings.book_cache), chapter)
     with _lock:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -11,23 +10,13 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from app.settings import Settings, get_settings
-from app.tasks import registry
-from app.tasks.book.source import COMMIT
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def mirror_dir() -> Path:
-    env = os.environ.get("SCALING_GRADER_BOOK_MIRROR")
-    return Path(env) if env else REPO.parent / "shared" / "book" / COMMIT
+from app.settings import Settings
+from tests.support.book_mirror import mirror_path
 
 
 @pytest.fixture(scope="session")
 def mirror() -> Path:
-    path = mirror_dir()
-    assert (path / "SHA256SUMS").is_file(), f"verified book mirror not found at {path}"
-    return path
+    return mirror_path()
 
 
 @pytest.fixture
@@ -50,24 +39,12 @@ def bank(mirror: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def env_settings(mirror: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The service's own settings path (environment -> get_settings) pointed at the mirror."""
-    monkeypatch.setenv("SCALING_GRADER_BOOK_MIRROR", str(mirror))
-    monkeypatch.setenv("SCALING_GRADER_BOOK_CACHE", str(tmp_path / "cache"))
-    get_settings.cache_clear()
-    registry.clear_cache()
-    yield
-    registry.clear_cache()
-    get_settings.cache_clear()
-
-
-@pytest.fixture
-def server(env_settings) -> Iterator[str]:
+def server(service_env: Settings) -> Iterator[str]:
     """The real app (create_app) plus the coverage router, served by uvicorn on loopback."""
     from app.api.coverage import router
     from app.main import create_app
 
-    app = create_app(get_settings())
+    app = create_app(service_env)
     app.include_router(router)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     srv = uvicorn.Server(config)

@@ -195,15 +195,11 @@ class TestParsedCache:
 
 
 class TestRegistry:
-    def test_book_split_resolves_ids(self, settings: Settings) -> None:
-        registry.clear_cache()
-        try:
-            task = registry.resolve_task("book/roofline/q1", settings)
-            assert task.grading == "numeric" and task.chapter == "roofline"
-            with pytest.raises(registry.UnknownTask):
-                registry.resolve_task("book/roofline/q99", settings)
-        finally:
-            registry.clear_cache()
+    def test_book_split_resolves_ids(self, settings: Settings, fresh_registry: None) -> None:
+        task = registry.resolve_task("book/roofline/q1", settings)
+        assert task.grading == "numeric" and task.chapter == "roofline"
+        with pytest.raises(registry.UnknownTask):
+            registry.resolve_task("book/roofline/q99", settings)
 
     def test_every_chapter_is_pinned_in_reading_order(self) -> None:
         assert CHAPTERS[0] == "roofline" and CHAPTERS[-1] == "gpus" and len(CHAPTERS) == 11

@@ -13,18 +13,15 @@ from app.settings import get_settings
 from app.tasks import registry
 from app.tasks.coverage import compute_coverage, render_markdown
 from app.tasks.key_content import key_content
+from tests.support.server import ROOT
 
 
 def _tagged(bank, item: str) -> int:
     return sum(item in t.tags for t in bank.tasks())
 
 
-def test_book_counts_are_the_tasks_tagged_with_each_item(bank, settings) -> None:
-    registry.clear_cache()
-    try:
-        cov = compute_coverage(settings, ["book"])
-    finally:
-        registry.clear_cache()
+def test_book_counts_are_the_tasks_tagged_with_each_item(bank, settings, fresh_registry) -> None:
+    cov = compute_coverage(settings, ["book"])
     items = [i.id for c in key_content().values() for i in c.items]
     assert list(cov.counts) == items
     for item in items:
@@ -37,25 +34,17 @@ def _broken_loader(settings):
     import app.tasks.no_such_module  # noqa: F401  (the failure under test)
 
 
-def test_a_broken_split_is_reported_not_fatal(settings, monkeypatch) -> None:
+def test_a_broken_split_is_reported_not_fatal(settings, monkeypatch, fresh_registry) -> None:
     monkeypatch.setitem(registry.SPLIT_LOADERS, "broken", _broken_loader)
-    registry.clear_cache()
-    try:
-        cov = compute_coverage(settings, ["book", "broken"])
-    finally:
-        registry.clear_cache()
+    cov = compute_coverage(settings, ["book", "broken"])
     assert "broken" in cov.unavailable and "ModuleNotFoundError" in cov.unavailable["broken"]
     assert sum(per["book"] for per in cov.counts.values()) > 0
     table = render_markdown(cov)
     assert "n/a" in table and "`broken`: unavailable" in table
 
 
-def test_table_has_one_row_per_item(settings) -> None:
-    registry.clear_cache()
-    try:
-        cov = compute_coverage(settings, ["book"])
-    finally:
-        registry.clear_cache()
+def test_table_has_one_row_per_item(settings, fresh_registry) -> None:
+    cov = compute_coverage(settings, ["book"])
     table = render_markdown(cov)
     rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
     assert len(rows) == sum(len(c.items) for c in key_content().values())
@@ -72,21 +61,21 @@ def _run(module_name: str, argv: list[str]) -> int:
     return args.func(args)
 
 
-def test_coverage_command_prints_the_table(env_settings, bank, capsys) -> None:
+def test_coverage_command_prints_the_table(service_env, bank, capsys) -> None:
     assert _run("app.commands.coverage", ["coverage", "--split", "book"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("| chapter | key-content item | book | total |")
     assert f"counted over all {bank.size()} tasks" in out
 
 
-def test_coverage_command_strict_fails_on_gaps(env_settings, capsys) -> None:
+def test_coverage_command_strict_fails_on_gaps(service_env, capsys) -> None:
     # The book alone leaves items uncovered (profiling has no answered question), so strict fails.
     assert _run("app.commands.coverage", ["coverage", "--split", "book", "--strict", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert "profiling.profiler" in data["uncovered"]
 
 
-def test_coverage_command_refuses_an_unknown_split(env_settings, capsys) -> None:
+def test_coverage_command_refuses_an_unknown_split(service_env, capsys) -> None:
     # A typo must not print a map in which every item looks uncovered, with exit 0.
     assert _run("app.commands.coverage", ["coverage", "--split", "nope"]) == 2
     captured = capsys.readouterr()
@@ -95,7 +84,7 @@ def test_coverage_command_refuses_an_unknown_split(env_settings, capsys) -> None
 
 
 @pytest.mark.slow
-def test_book_command_prints_size_and_exclusions(env_settings, bank, capsys) -> None:
+def test_book_command_prints_size_and_exclusions(service_env, bank, capsys) -> None:
     assert _run("app.commands.book", ["book"]) == 0
     out = capsys.readouterr().out
     kinds = bank.info()["grading"]
@@ -128,6 +117,7 @@ def test_coverage_endpoint(server: str, bank) -> None:
     assert by_item["roofline.matmul"]["tasks"]["book"] == _tagged(bank, "roofline.matmul")
 
 
+@pytest.mark.slow
 def test_coverage_endpoint_rejects_unknown_split(server: str) -> None:
     r = httpx.get(f"{server}/v1/coverage", params={"split": "nope<script>"}, timeout=30)
     assert r.status_code == 404
@@ -136,10 +126,8 @@ def test_coverage_endpoint_rejects_unknown_split(server: str) -> None:
 
 
 @pytest.mark.slow
-def test_splits_doc_shows_the_book_summary_as_the_command_prints_it(env_settings, capsys) -> None:
-    from tests.tasks.book.conftest import REPO
-
+def test_splits_doc_shows_the_book_summary_as_the_command_prints_it(service_env, capsys) -> None:
     assert _run("app.commands.book", ["book"]) == 0
     printed = capsys.readouterr().out.rstrip()
-    doc = (REPO / "docs" / "splits.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "splits.md").read_text(encoding="utf-8")
     assert printed in doc, "regenerate with `scaling-grader book`"

@@ -14,6 +14,7 @@ import pytest
 
 from app.settings import Settings
 from app.tasks.base import UnknownTask
+from app.tasks.book.source import CHAPTER_DIGESTS, BookSourceError
 from app.tasks.exam.bank import (
     concept_questions,
     key_content,
@@ -22,7 +23,7 @@ from app.tasks.exam.bank import (
     summary,
     summary_markdown,
 )
-from app.tasks.exam.source import CHAPTER_SHA256, BookSourceError, chapter_text
+from app.tasks.exam.source import chapter_text
 
 CONCEPTS = concept_questions()
 
@@ -120,7 +121,7 @@ def test_no_book_source_is_a_clear_error(tmp_path: Path):
 
 def test_pinned_digests_match_the_mirror_sums(book_mirror: Path):
     sums = dict(reversed(line.split()) for line in (book_mirror / "SHA256SUMS").read_text().splitlines())
-    for chapter, digest in CHAPTER_SHA256.items():
+    for chapter, digest in CHAPTER_DIGESTS.items():
         assert sums[f"{chapter}.md"] == digest
 
 

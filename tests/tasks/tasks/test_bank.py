@@ -79,8 +79,7 @@ def test_served_prompt_starts_with_the_conventions(bank) -> None:
     assert [f["name"] for f in task.meta["fields"]] == ["batch", "flops", "bytes", "intensity", "bound"]
 
 
-def test_registry_serves_and_dispatch_grades_the_split(settings) -> None:
-    registry.clear_cache()
+def test_registry_serves_and_dispatch_grades_the_split(settings, fresh_registry) -> None:
     assert "tasks" in registry.split_names() and GRADERS["rows"] is rows.grade_task
     task = registry.resolve_task("tasks/sc-016", settings)
     completion = "Sum 16 bytes per parameter.\n```json\n" + json.dumps({"rows": list(task.gold)}) + "\n```"

@@ -1,47 +1,35 @@
-"""Numeric exam questions, one module per chapter. Each module builds QUESTIONS with
-``collector()``: the decorated function is the question's oracle, and its parameters are exactly
-the raw quantities the prompt states."""
+"""Numeric exam questions, one module per chapter; each builds its QUESTIONS with
+``app.tasks.exam.model.collector()``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from app.tasks.exam.model import NumericQuestion
+from app.tasks.exam.numeric import (
+    applied_inference,
+    applied_training,
+    gpus,
+    inference,
+    jax_stuff,
+    profiling,
+    roofline,
+    sharding,
+    tpus,
+    training,
+    transformers,
+)
 
-from app.tasks.exam.model import Number, NumericQuestion, Oracle
-
-# chapter -> module name (chapter ids are file stems; module names cannot hold dashes)
-CHAPTER_MODULES: dict[str, str] = {
-    "roofline": "roofline",
-    "tpus": "tpus",
-    "sharding": "sharding",
-    "transformers": "transformers",
-    "training": "training",
-    "applied-training": "applied_training",
-    "inference": "inference",
-    "applied-inference": "applied_inference",
-    "profiling": "profiling",
-    "jax-stuff": "jax_stuff",
-    "gpus": "gpus",
+# chapter -> its questions, in the book's order (chapter ids are file stems with dashes; module
+# names cannot hold them)
+CHAPTER_QUESTIONS: dict[str, list[NumericQuestion]] = {
+    "roofline": roofline.QUESTIONS,
+    "tpus": tpus.QUESTIONS,
+    "sharding": sharding.QUESTIONS,
+    "transformers": transformers.QUESTIONS,
+    "training": training.QUESTIONS,
+    "applied-training": applied_training.QUESTIONS,
+    "inference": inference.QUESTIONS,
+    "applied-inference": applied_inference.QUESTIONS,
+    "profiling": profiling.QUESTIONS,
+    "jax-stuff": jax_stuff.QUESTIONS,
+    "gpus": gpus.QUESTIONS,
 }
-
-
-def collector() -> tuple[list[NumericQuestion], Callable[..., Callable[[Oracle], Oracle]]]:
-    questions: list[NumericQuestion] = []
-
-    def numeric(nnn: int, items: tuple[str, ...] | str, units: tuple[str, ...] | str, template: str,
-                **args: Number) -> Callable[[Oracle], Oracle]:
-        def register(oracle: Oracle) -> Oracle:
-            question = NumericQuestion(
-                nnn=nnn,
-                items=(items,) if isinstance(items, str) else tuple(items),
-                template=" ".join(template.split()),
-                args=args,
-                oracle=oracle,
-                units=(units,) if isinstance(units, str) else tuple(units),
-            )
-            question.check_signature()
-            questions.append(question)
-            return oracle
-
-        return register
-
-    return questions, numeric

@@ -1,7 +1,7 @@
 """GPUs: chip anatomy, NVLink nodes and the scale-out network, collectives, LLM rooflines."""
 
 from app.tasks import formulas as fm
-from app.tasks.exam.numeric import collector
+from app.tasks.exam.model import collector
 
 QUESTIONS, numeric = collector()
 

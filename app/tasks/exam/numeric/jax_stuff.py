@@ -1,7 +1,7 @@
 """Programming TPUs in JAX: shardings on a mesh and the cost of the collectives they imply."""
 
 from app.tasks import formulas as fm
-from app.tasks.exam.numeric import collector
+from app.tasks.exam.model import collector
 
 QUESTIONS, numeric = collector()
 

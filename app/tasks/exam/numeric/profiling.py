@@ -1,7 +1,7 @@
 """Profiling: turning trace timings into utilisation, bandwidth and memory figures."""
 
 from app.tasks import formulas as fm
-from app.tasks.exam.numeric import collector
+from app.tasks.exam.model import collector
 
 QUESTIONS, numeric = collector()
 

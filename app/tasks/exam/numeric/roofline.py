@@ -1,7 +1,7 @@
 """Rooflines: compute, memory and network time, arithmetic intensity, the critical batch size."""
 
 from app.tasks import formulas as fm
-from app.tasks.exam.numeric import collector
+from app.tasks.exam.model import collector
 
 QUESTIONS, numeric = collector()
 

@@ -1,7 +1,7 @@
 """Sharded matrices and collectives: per-device sizes, the four matmul cases, collective costs."""
 
 from app.tasks import formulas as fm
-from app.tasks.exam.numeric import collector
+from app.tasks.exam.model import collector
 
 QUESTIONS, numeric = collector()
 

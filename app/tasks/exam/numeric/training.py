@@ -1,7 +1,7 @@
 """Parallelism for training: data parallelism, FSDP, tensor parallelism, their mix, DCN."""
 
 from app.tasks import formulas as fm
-from app.tasks.exam.numeric import collector
+from app.tasks.exam.model import collector
 
 QUESTIONS, numeric = collector()
 

@@ -1,7 +1,7 @@
 """Transformer accounting: contraction FLOPs, parameter counts, 6ND, KV caches, MoE, remat."""
 
 from app.tasks import formulas as fm
-from app.tasks.exam.numeric import collector
+from app.tasks.exam.model import collector
 
 QUESTIONS, numeric = collector()
 
