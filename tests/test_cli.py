@@ -6,7 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # a fresh interpreter imports the whole CLI
 def test_every_command_but_eval_works_without_the_trainer_package() -> None:
     # A None entry in sys.modules makes any import of scaling_book fail, as in the images.
     probe = ("import sys; sys.modules['scaling_book'] = None; "

@@ -11,21 +11,23 @@ import pytest
 
 from app.tasks.synthetic.bank import SyntheticBank
 from app.tenants import new_key
+from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 
 pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
 
 
-def _tenants_file(tmp_path, *, burst: int = 1000):
+def _tenants_file(tmp_path):
     key_a, digest_a = new_key()
     key_b, digest_b = new_key()
+    key_c, digest_c = new_key()
     path = tmp_path / "tenants.toml"
     path.write_text(f'''
 [[tenant]]
 name = "alpha"
 key_sha256 = ["{digest_a}"]
 rate_per_second = 1000
-burst = {burst}
+burst = 1000
 max_in_flight = 2
 judge_model = "judge-small"
 judge_base_urls = ["http://127.0.0.1:9/v1"]
@@ -35,16 +37,28 @@ name = "beta"
 key_sha256 = "{digest_b}"
 rate_per_second = 0.5
 burst = 3
+
+[[tenant]]
+name = "gamma"
+key_sha256 = "{digest_c}"
+rate_per_second = 0.5
+burst = 3
 ''')
-    return path, key_a, key_b
+    return path, key_a, key_b, key_c
 
 
-@pytest.fixture
-def tenant_server(tmp_path, redis_server):
-    path, key_a, key_b = _tenants_file(tmp_path)
+# One server (and Redis) for the module: starting one costs seconds, and no test changes what
+# another sees. The rate-limit test drains the bucket of a tenant ("gamma") no other test uses.
+@pytest.fixture(scope="module")
+def tenant_server(tmp_path_factory):
+    path, key_a, key_b, key_c = _tenants_file(tmp_path_factory.mktemp("tenants"))
+    redis_server = RedisServer().start()
     env = {"SCALING_GRADER_TENANTS_FILE": str(path), "SCALING_GRADER_REDIS_URL": redis_server.url}
-    with running_server(env) as url:
-        yield url, key_a, key_b
+    try:
+        with running_server(env) as url:
+            yield url, key_a, key_b, key_c
+    finally:
+        redis_server.close()
 
 
 def _correct(task_id: str) -> dict:
@@ -53,7 +67,7 @@ def _correct(task_id: str) -> dict:
 
 
 def test_missing_or_wrong_key_is_401_and_health_stays_open(tenant_server) -> None:
-    url, key_a, _ = tenant_server
+    url, key_a, _, _ = tenant_server
     assert httpx.get(url + "/healthz").status_code == 200
     assert httpx.get(url + "/readyz").status_code == 200
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": key_a}, {"Authorization": "Basic x"}):
@@ -67,8 +81,8 @@ def test_missing_or_wrong_key_is_401_and_health_stays_open(tenant_server) -> Non
 
 
 def test_rate_limit_gives_429_with_retry_after(tenant_server) -> None:
-    url, _, key_b = tenant_server
-    headers = {"Authorization": f"Bearer {key_b}"}
+    url, _, _, key_c = tenant_server
+    headers = {"Authorization": f"Bearer {key_c}"}
     statuses = [httpx.get(url + "/v1/splits", headers=headers).status_code for _ in range(6)]
     assert statuses[:3] == [200, 200, 200] and 429 in statuses[3:]
     r = httpx.get(url + "/v1/splits", headers=headers)
@@ -76,7 +90,7 @@ def test_rate_limit_gives_429_with_retry_after(tenant_server) -> None:
 
 
 def test_a_tenant_sees_only_its_own_jobs(tenant_server) -> None:
-    url, key_a, key_b = tenant_server
+    url, key_a, key_b, _ = tenant_server
     a, b = {"Authorization": f"Bearer {key_a}"}, {"Authorization": f"Bearer {key_b}"}
     r = httpx.post(url + "/v1/grade", json={**_correct("synthetic/0/1"), "request_id": "run-1"}, headers=a)
     job_id = r.json()["job_id"]
@@ -91,14 +105,14 @@ def test_a_tenant_sees_only_its_own_jobs(tenant_server) -> None:
 
 
 def test_judge_url_outside_the_tenant_list_is_refused(tenant_server) -> None:
-    url, key_a, _ = tenant_server
+    url, key_a, _, _ = tenant_server
     body = {**_correct("synthetic/0/2"), "judge": {"model": "m", "base_url": "http://169.254.169.254/v1"}}
     r = httpx.post(url + "/v1/grade", json=body, headers={"Authorization": f"Bearer {key_a}"})
     assert r.status_code == 403 and r.json()["error"] == "judge_not_allowed"
 
 
 def test_same_request_id_ten_times_concurrently_runs_once(tenant_server) -> None:
-    url, key_a, _ = tenant_server
+    url, key_a, _, _ = tenant_server
     headers = {"Authorization": f"Bearer {key_a}"}
 
     def graded_count() -> float:
@@ -121,7 +135,7 @@ def test_same_request_id_ten_times_concurrently_runs_once(tenant_server) -> None
 
 
 def test_tenant_usage_is_counted_in_metrics(tenant_server) -> None:
-    url, key_a, _ = tenant_server
+    url, key_a, _, _ = tenant_server
     headers = {"Authorization": f"Bearer {key_a}"}
     httpx.get(url + "/v1/splits", headers=headers)
     assert 'scaling_grader_tenant_requests_total{tenant="alpha"}' in httpx.get(url + "/metrics", headers=headers).text
@@ -131,7 +145,7 @@ def test_tenant_judge_urls_compare_in_canonical_form(tenant_server) -> None:
     """The tenant lists http://127.0.0.1:9/v1; a trailing slash or upper-case scheme is the same
     endpoint and must not be refused by the tenant check (the judge itself is unreachable, so the
     grade ends as an unscored judge fault or refusal, never a 403)."""
-    url, key_a, _ = tenant_server
+    url, key_a, _, _ = tenant_server
     body = {**_correct("synthetic/0/3"), "judge": {"model": "m", "base_url": "HTTP://127.0.0.1:9/v1/"}}
     r = httpx.post(url + "/v1/grade", json=body, headers={"Authorization": f"Bearer {key_a}"})
     assert r.status_code == 200 and r.json()["reward"] == 1.0

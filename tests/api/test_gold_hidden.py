@@ -156,6 +156,7 @@ key_sha256 = "{closed_digest}"
     return str(path), open_key, closed_key
 
 
+@pytest.mark.slow
 def test_reveal_is_per_tenant(tmp_path) -> None:
     path, open_key, closed_key = _tenants(tmp_path)
     probe = _probes()[0]
@@ -167,6 +168,7 @@ def test_reveal_is_per_tenant(tmp_path) -> None:
     assert [v["correct"] for v in shown["values"]] == [v["correct"] for v in hidden["values"]]
 
 
+@pytest.mark.slow
 def test_reveal_setting_without_tenants() -> None:
     probe = _probes()[3]
     with running_server({"SCALING_GRADER_REVEAL_EXPECTED": "true"}) as url:
@@ -185,6 +187,7 @@ def test_tenants_file_refuses_a_non_boolean_reveal(tmp_path) -> None:
         load_tenants(path)
 
 
+@pytest.mark.slow
 def test_eval_report_keeps_expected_values_only_when_revealed(tmp_path) -> None:
     import os
     import subprocess

@@ -62,6 +62,7 @@ def _operation_paths(url: str) -> set[str]:
     return set(httpx.get(url + "/openapi.json").json()["paths"])
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_trap_sees_a_page_that_reaches_outside(trap: ProxyTrap) -> None:
     """The check below can fail: a page with CDN assets shows up in the trap."""
@@ -72,6 +73,7 @@ def test_trap_sees_a_page_that_reaches_outside(trap: ProxyTrap) -> None:
     assert "cdn.jsdelivr.net" in hosts and "fonts.googleapis.com" in hosts
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_swagger_ui_lists_every_operation_offline(server_url: str, trap: ProxyTrap) -> None:
     dom = run_chromium(server_url + "/docs", trap, dump_dom=True)
@@ -82,6 +84,7 @@ def test_swagger_ui_lists_every_operation_offline(server_url: str, trap: ProxyTr
     assert trap.page_requests() == []
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_redoc_lists_every_operation_offline(server_url: str, trap: ProxyTrap) -> None:
     dom = run_chromium(server_url + "/redoc", trap, dump_dom=True)

@@ -14,6 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # thousands of generated requests against a real server: left out of `make test-fast`
+
 CHECKS = ("not_a_server_error,positive_data_acceptance,status_code_conformance,content_type_conformance,"
           "response_schema_conformance,response_headers_conformance")
 

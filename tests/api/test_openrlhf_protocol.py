@@ -134,6 +134,7 @@ def _reward_tenant(tmp_path) -> tuple[str, str, str]:
     return str(path), api_key, reward_key
 
 
+@pytest.mark.slow
 def test_tenant_protected_service_with_remote_url_alone(tmp_path) -> None:
     tenants, api_key, reward_key = _reward_tenant(tmp_path)
     task = synthetic_tasks(1, seed=33)[0]
@@ -152,6 +153,7 @@ def test_tenant_protected_service_with_remote_url_alone(tmp_path) -> None:
         assert reward_key not in metrics and 'route="/get_reward"' in metrics
 
 
+@pytest.mark.slow
 def test_the_reward_key_never_reaches_an_access_log(tmp_path) -> None:
     tenants, _, reward_key = _reward_tenant(tmp_path)
     port = free_port()

@@ -148,6 +148,7 @@ def graded(deployment):
     return {"made": made, "tier": impl["details"]["sandbox_tier"], "slow_ids": slow_ids, "judge_task": judge_task}
 
 
+@pytest.mark.slow
 def test_status_figures_match_redis_and_the_grades_made(deployment, graded) -> None:
     status = deployment.client.get("/v1/status").json()
     connection = deployment.redis.client()
@@ -177,6 +178,7 @@ def test_status_figures_match_redis_and_the_grades_made(deployment, graded) -> N
     assert {"kind": "judge_error", "where": f"{judge_split}/judge"}.items() <= status["faults"][0].items()
 
 
+@pytest.mark.slow
 def test_metrics_report_queues_workers_and_worker_grades(deployment, graded) -> None:
     text = deployment.client.get("/metrics").text
     queue = Queue("impl", connection=deployment.redis.client(), serializer=JSONSerializer)
@@ -190,12 +192,14 @@ def test_metrics_report_queues_workers_and_worker_grades(deployment, graded) -> 
     assert "scaling_grader_redis_up 1.0" in text
 
 
+@pytest.mark.slow
 def test_status_never_shows_submitted_code_or_hidden_cases(deployment, graded) -> None:
     text = deployment.client.get("/v1/status").text + deployment.client.get("/").text
     assert CANARY not in text and "time.sleep" not in text
     assert "Final answer" not in text and "furlongs" not in text
 
 
+@pytest.mark.slow
 def test_status_page_needs_the_key_and_never_shows_it(deployment, graded) -> None:
     for path in ("/", "/v1/status", "/docs", "/openapi.json"):
         r = httpx.get(deployment.url + path)
@@ -266,6 +270,7 @@ def test_values_from_redis_are_escaped() -> None:
     assert "<img" not in page and "&lt;img" in page
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (make test installs it)")
 def test_status_page_in_a_real_browser_offline(deployment, graded) -> None:
     """The browser meets the 401 Basic challenge and answers it with the key, as a person would."""

@@ -140,6 +140,7 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
     assert f"SUCCESS: {len(rules)} rules found" in checked.stdout
 
 
+@pytest.mark.slow
 def test_every_query_references_an_exported_metric(exported_metrics: set[str]) -> None:
     for expr in _dashboard_queries() + _alert_queries():
         used = set(METRIC.findall(expr))
@@ -148,6 +149,7 @@ def test_every_query_references_an_exported_metric(exported_metrics: set[str]) -
         assert not unknown, f"{expr} uses metrics the service does not export: {unknown}"
 
 
+@pytest.mark.slow
 def test_the_dashboard_covers_the_api_and_the_workers(exported_metrics: set[str]) -> None:
     used = {m for expr in _dashboard_queries() for m in METRIC.findall(expr)}
     for wanted in ("scaling_grader_grades_total", "scaling_grader_worker_grades_total", "scaling_grader_queue_jobs",

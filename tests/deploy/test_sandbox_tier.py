@@ -47,6 +47,7 @@ def test_tier_order_and_refusal_text() -> None:
     assert not meets_minimum("gvisor-lookalike", "plain")  # an unknown tier never passes
 
 
+@pytest.mark.slow
 def test_readyz_lists_live_workers_with_their_tier_and_drops_dead_ones(redis_server) -> None:
     env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
@@ -69,6 +70,7 @@ def test_readyz_lists_live_workers_with_their_tier_and_drops_dead_ones(redis_ser
             stop_worker(judge_only)
 
 
+@pytest.mark.slow
 def test_a_worker_below_the_minimum_tier_refuses_impl_jobs(redis_server) -> None:
     env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=60) as client:
@@ -88,6 +90,7 @@ def test_a_worker_below_the_minimum_tier_refuses_impl_jobs(redis_server) -> None
     assert body["details"]["sandbox_tier"].startswith("plain") and "cases" not in body["details"]
 
 
+@pytest.mark.slow
 def test_embedded_mode_honours_the_minimum_tier() -> None:
     with running_server({**FAST, **WEAK}) as url, httpx.Client(base_url=url, timeout=60) as client:
         ready = client.get("/readyz")
@@ -99,6 +102,7 @@ def test_embedded_mode_honours_the_minimum_tier() -> None:
     assert "below the minimum tier" in graded["explanation"]
 
 
+@pytest.mark.slow
 def test_the_minimum_is_met_where_bubblewrap_works() -> None:
     env = {**FAST, "SCALING_GRADER_SANDBOX__MIN_TIER": "bubblewrap"}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=60) as client:

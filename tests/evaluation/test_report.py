@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from app.evaluation.report import accuracy_figure, summarize, write_report
 from app.tasks.book.source import CHAPTERS
 
@@ -15,6 +17,7 @@ def _record(task: str, chapter: str | None, outcome: str, scored: bool = True) -
             "sampling_error": None}
 
 
+@pytest.mark.slow  # matplotlib renders a figure
 def test_every_chapter_in_book_order_with_unscored_ones_shown(tmp_path: Path) -> None:
     records = [_record("a", "sharding", "correct"), _record("b", "sharding", "incorrect"),
                _record("c", "roofline", "correct"),

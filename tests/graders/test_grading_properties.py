@@ -21,6 +21,8 @@ from app.settings import JudgeSettings, Settings
 from app.tasks.base import Task
 from tests.fake_openai import FakeOpenAI
 
+pytestmark = pytest.mark.slow  # hundreds of generated examples per property: left out of `make test-fast`
+
 TOKENS = [
     "Final answer:", "Final answer: ", "\\boxed{", "\\fbox{", "{", "}", "\n", " ", "  ", ",", ".", "-",
     "<think>", "</think>", "```", "```json\n", "~~~", "`", "~~", "<s>", "</s>", "<del>", "</del>", "<!--", "-->",

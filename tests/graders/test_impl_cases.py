@@ -57,6 +57,7 @@ def test_unset_secret_is_random_per_process_and_still_consistent() -> None:
     assert case_seed(unset, "impl/x", "y") != case_seed(settings_with("configured"), "impl/x", "y")
 
 
+@pytest.mark.slow
 def test_the_grade_records_its_seed_and_the_cases_follow_it() -> None:
     settings = settings_with("grade-secret")
     text = completion(WRONG["fsdp_tp_optimal_x"])
@@ -94,6 +95,7 @@ def test_replay_prints_the_cases_of_a_grade(operator_secret: Settings, capsys: p
     assert [p["expected"] for p in printed] == [c.expected for c in drawn]
 
 
+@pytest.mark.slow
 def test_replay_regrades_a_completion_on_the_same_cases(operator_secret: Settings, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     text = completion(WRONG["fsdp_tp_optimal_x"])
@@ -114,6 +116,7 @@ def test_replay_refuses_a_malformed_seed(operator_secret: Settings, capsys: pyte
     assert "32 lowercase hex digits" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_reference_passes_under_many_secrets() -> None:
     """Fresh cases are still cases the reference solves (a few secrets, one exercise each)."""
     source = inspect.getsource(reference.torus_neighbors)

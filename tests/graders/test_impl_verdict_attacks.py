@@ -18,6 +18,8 @@ from app.tasks.impl.exercises import BY_NAME
 from tests.sandbox.tiers import offered_tiers, tier_settings
 from tests.support.verdict_attacks import SETTINGS, assert_earned_nothing, grade_hostile
 
+pytestmark = pytest.mark.slow  # real sandbox children: left out of `make test-fast`
+
 
 def reasons(graded) -> set[str]:
     return {c["reason"] for c in graded.result.details["cases"]}

@@ -49,7 +49,17 @@ def _collect(client: httpx.Client, job_ids: list[str], timeout: float) -> dict[s
     return results
 
 
-KILL_TEST_JOBS = 24  # enough that the victim is mid-batch when killed, with jobs left for the survivor
+KILL_TEST_JOBS = 8  # jobs left for the survivor once the victim is killed holding one
+
+
+def _held_by(redis_server: RedisServer, worker: str, job_ids: list[str]) -> str | None:
+    """A job the named worker is running now (RQ's own record of the job), or None."""
+    client = redis_server.client()
+    for job_id in job_ids:
+        name, status = client.hmget(f"rq:job:{job_id}", "worker_name", "status")
+        if name == worker.encode() and status == b"started":
+            return job_id
+    return None
 
 
 def test_killed_worker_loses_no_job(redis_server) -> None:
@@ -66,10 +76,13 @@ def test_killed_worker_loses_no_job(redis_server) -> None:
         victim = start_worker(redis_server.url, "victim", FAST_QUEUE)
         survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE)
         try:
-            # kill the first worker while it is in the middle of the batch
+            # kill the first worker while it is in the middle of a job
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and len(_collect(client, list(submitted), 0)) < 4:
-                time.sleep(0.2)
+            held = None
+            while time.monotonic() < deadline and held is None:
+                held = _held_by(redis_server, "victim", list(submitted))
+                time.sleep(0.05)
+            assert held is not None, "the victim never took a job"
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
             results = _collect(client, list(submitted), timeout=240)

@@ -11,8 +11,13 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.support.oracle import right, synthetic_tasks, wrong
 from tests.support.server import ROOT
+
+# A wheel built and installed, a service and fresh interpreters: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
 
 
 def test_the_wheel_holds_scaling_book_only_and_needs_only_httpx(tmp_path: Path) -> None:

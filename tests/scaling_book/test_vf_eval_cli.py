@@ -21,6 +21,7 @@ from tests.support.policy import PolicyFake
 VF_EVAL = shutil.which("vf-eval", path=str(Path(__import__("sys").executable).parent))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(VF_EVAL is None, reason="vf-eval is installed by the test extra")
 def test_vf_eval_scaling_book_with_its_env_server(tmp_path: Path) -> None:
     args = {"split": "synthetic", "num_synthetic_examples": 4, "seed": 53, "chapters": None}

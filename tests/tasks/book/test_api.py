@@ -34,6 +34,7 @@ def test_public_task_has_no_gold(server: str, bank) -> None:
     assert task.hidden["note"] not in r.text
 
 
+@pytest.mark.slow
 def test_splits_lists_the_book(server: str, bank) -> None:
     splits = {s["name"]: s for s in httpx.get(f"{server}/v1/splits", timeout=30).json()["splits"]}
     assert splits["book"]["size"] == bank.size()
