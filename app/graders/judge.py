@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import openai
-
 from app.graders.judge_prompt import (
     VERDICT_SCHEMA,
     build_messages,
@@ -33,6 +31,8 @@ from app.graders.judge_prompt import (
 from app.graders.result import GradeResult, Outcome
 
 if TYPE_CHECKING:
+    import openai
+
     from app.graders.options import GradeOptions
     from app.settings import JudgeSettings, Settings
     from app.tasks.base import Task
@@ -130,6 +130,9 @@ def require_judge_for(tasks: Iterable[Task], options: GradeOptions, settings: Se
 
 
 # ---- transport ------------------------------------------------------------------------------
+# openai is imported by the functions that call a judge, not with this module: it takes a second
+# or more to import, and every process (the API, each worker, every CLI command) imports this
+# module, most of them never calling a judge.
 
 _clients: dict[tuple[str, str, float], openai.OpenAI] = {}
 _clients_lock = threading.Lock()
@@ -137,6 +140,8 @@ _clients_lock = threading.Lock()
 
 def _client(target: JudgeTarget, timeout: float) -> openai.OpenAI:
     """One client per endpoint, key and timeout, reused so connections are pooled."""
+    import openai  # heavy, needed only when a judge is called (see above)
+
     key = (target.base_url, hashlib.sha256(target.api_key.encode()).hexdigest(), timeout)
     with _clients_lock:
         client = _clients.get(key)
@@ -151,10 +156,6 @@ def _client(target: JudgeTarget, timeout: float) -> openai.OpenAI:
         return client
 
 
-_RETRYABLE = (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError,
-              openai.InternalServerError)
-
-
 def _retry_after(exc: Exception) -> float | None:
     response = getattr(exc, "response", None)
     if response is None:
@@ -166,6 +167,8 @@ def _retry_after(exc: Exception) -> float | None:
 
 
 def _describe(exc: Exception) -> str:
+    import openai  # heavy, needed only when a judge is called (see above)
+
     status = getattr(exc, "status_code", None)
     if isinstance(exc, openai.APITimeoutError):
         return "the judge timed out"
@@ -225,6 +228,10 @@ def call_judge(
 ) -> JudgeReply:
     """The judge's reply, read in ``mode`` (default: the configured constraint); JudgeCallFailed
     when retries run out or the endpoint refuses the request."""
+    import openai  # heavy, needed only when a judge is called (see above)
+
+    retryable = (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError,
+                 openai.InternalServerError)
     mode = mode or judge.constraint
     client = _client(target, judge.timeout_seconds)
     attempts = 0
@@ -238,7 +245,7 @@ def call_judge(
                 temperature=0.0,
                 **constraint_params(mode, judge.max_tokens, schema),
             )
-        except _RETRYABLE as exc:
+        except retryable as exc:
             log.warning("judge %s at %s: %s (attempt %d)", target.model, target.base_url,
                         type(exc).__name__, attempts)
             if attempts > judge.max_retries:
