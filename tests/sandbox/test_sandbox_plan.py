@@ -58,8 +58,8 @@ def test_reachable_by_others(mode: int, reachable: bool) -> None:
     shutil.rmtree(base)
 
 
-def test_uid_pool_hands_out_each_uid_once_and_reuses_the_oldest() -> None:
-    pool = UidPool(700_000, 3)
+def test_uid_pool_hands_out_each_uid_once_and_reuses_the_oldest(tmp_path) -> None:
+    pool = UidPool(700_000, 3, tmp_path)  # claims of its own: another test run on the host cannot hold these
     taken = [pool.take() for _ in range(3)]
     assert sorted(taken) == [700_000, 700_001, 700_002]
     with pytest.raises(RuntimeError):
