@@ -1,6 +1,7 @@
 """POST /v1/grade requests per second against a bare FastAPI endpoint returning a constant,
-both served by one uvicorn worker with the same settings, loaded by the same client in the same
-run. Target: ours at least 0.6x of the bare endpoint."""
+both served by one uvicorn worker with the same settings, sent the same request bytes by the same
+client in the same run (interleaved rounds, best of each: the machine is shared). Target: ours at
+least 0.6x of the bare endpoint."""
 
 from __future__ import annotations
 
@@ -40,37 +41,49 @@ def uvicorn_server(target: list[str]):
 def _wait_bare(url: str, process: subprocess.Popen) -> None:
     for _ in range(300):
         try:
-            httpx.post(url + "/v1/grade", timeout=1)
+            httpx.post(url + "/v1/grade", timeout=1)  # every bare route answers any body
             return
         except httpx.TransportError:
             time.sleep(0.1)
     raise RuntimeError("bare server did not start")
 
 
-def _grade_request(port: int):
-    bank = SyntheticBank()
-    tasks = bank.batch(seed=1, n=64)
-    bodies = [
-        request_bytes("127.0.0.1", port, "POST", "/v1/grade",
-                      {"task_id": t.id, "completion": "Some reasoning.\nFinal answer: " + ", ".join(t.gold)})
-        for t in tasks
-    ]
-    return lambda i: bodies[i % len(bodies)]
+OURS = ["--factory", "app.main:create_app"]
+BARE = ["bench.bare_app:app"]
 
 
-def _measure(port: int, make, seconds: float, check=None):
+def _grade_bodies() -> list[dict]:
+    return [{"task_id": t.id, "completion": "Some reasoning.\nFinal answer: " + ", ".join(t.gold)}
+            for t in SyntheticBank().batch(seed=1, n=64)]
+
+
+def _measure(port: int, path: str, bodies: list[dict], seconds: float, check=None):
+    raws = [request_bytes("127.0.0.1", port, "POST", path, b) for b in bodies]
+    make = lambda i: raws[i % len(raws)]  # noqa: E731
     asyncio.run(run_load("127.0.0.1", port, make, connections=4, seconds=min(0.5, seconds)))  # warm-up
     return asyncio.run(run_load("127.0.0.1", port, make, connections=16, seconds=seconds, check=check))
 
 
+def compare(path: str, bodies: list[dict], seconds: float, rounds: int, check):
+    """(ours, bare): the same request bytes to our app and to the bare app, each on its own fresh
+    uvicorn worker, in interleaved rounds; the best round of each (the machine is shared, and a
+    slow spell should not land on one side only)."""
+    ours_best = bare_best = None
+    for _ in range(rounds):
+        with uvicorn_server(OURS) as port:
+            ours = _measure(port, path, bodies, seconds / rounds, check=check)
+        with uvicorn_server(BARE) as port:
+            bare = _measure(port, path, bodies, seconds / rounds)
+        ours_best = ours if ours_best is None or ours.rps > ours_best.rps else ours_best
+        bare_best = bare if bare_best is None or bare.rps > bare_best.rps else bare_best
+    assert ours_best is not None and bare_best is not None  # rounds >= 1
+    return ours_best, bare_best
+
+
 def main(smoke: bool) -> None:
-    seconds = 1.0 if smoke else 8.0
-    with uvicorn_server(["--factory", "app.main:create_app"]) as port:
-        ours = _measure(port, _grade_request(port), seconds,
-                        check=lambda i, body: json.loads(body)["reward"] == 1.0)
-    with uvicorn_server(["bench.bare_app:app"]) as port:
-        bare_req = request_bytes("127.0.0.1", port, "POST", "/v1/grade", {"x": 1})
-        bare = _measure(port, lambda i: bare_req, seconds)
+    seconds = 1.0 if smoke else 9.0
+    ours, bare = compare("/v1/grade", _grade_bodies(), seconds, rounds=1 if smoke else 3,
+                         check=lambda i, body: json.loads(body)["reward"] == 1.0)
     for name, r in (("POST /v1/grade", ours), ("bare FastAPI constant", bare)):
         print(f"   {name}: {r.rps:,.0f} req/s, p50 {percentile(r.latencies, 0.5) * 1e3:.2f} ms, "
               f"p99 {percentile(r.latencies, 0.99) * 1e3:.2f} ms, errors {r.errors}")
