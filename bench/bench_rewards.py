@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from app.tasks.synthetic.bank import SyntheticBank
-from bench.bench_http import compare, uvicorn_server
+from bench.bench_http import compare, cpu_ratio, server_cpu, uvicorn_server
 from bench.loadgen import request_bytes, run_load
 from bench.timing import percentile
 from scaling_book.client import GraderClient
@@ -63,8 +63,9 @@ def openrlhf_single_rollouts(smoke: bool) -> None:
     for r in (ours_best, bare_best):
         assert r.errors == 0, r.statuses
     for name, r in (("POST /get_reward, 1 rollout/request", ours_best), ("bare FastAPI constant", bare_best)):
-        print(f"   {name}: {r.rps:,.0f} req/s, p50 {percentile(r.latencies, 0.5) * 1e3:.2f} ms")
-    print(f"   OpenRLHF single-rollout ratio (ours / bare): {ours_best.rps / bare_best.rps:.2f}   target >= 0.6")
+        print(f"   {name}: {r.rps:,.0f} req/s, p50 {percentile(r.latencies, 0.5) * 1e3:.2f} ms{server_cpu(r)}")
+    print(f"   OpenRLHF single-rollout ratio (ours / bare): {ours_best.rps / bare_best.rps:.2f}   target >= 0.6"
+          f"{cpu_ratio(ours_best, bare_best)}")
 
 
 def main(smoke: bool) -> None:
