@@ -15,6 +15,7 @@ from app.api.deps import CheckResult, ReadinessCheck
 from app.api.docs import install_offline_docs
 from app.api.errors import document_error_bodies, install_error_handlers
 from app.api.openapi_docs import document_limits, document_refusals
+from app.api.plain import HotRoutes
 from app.api.routing import UnprefixedTwins, document_twins, install_not_found_hints
 from app.graders.impl import sandbox_status
 from app.grading.service import GradingService
@@ -25,6 +26,7 @@ from app.jobs.redis_jobs import RedisJobs
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
 from app.settings import Settings, get_settings
+from app.startup import freeze_startup_objects
 from app.tasks.registry import get_bank
 from app.tenants import load_tenants
 from worker.jobs import grade_job
@@ -84,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        freeze_startup_objects()
         yield
         await grading.jobs.close()
 
@@ -93,8 +96,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.grading = grading
     app.state.readiness_checks = _readiness_checks(settings, grading)
     watch_queues(settings.redis_url)
-    # Plain routes first: matched in order, and grading and rewards are the hot path.
-    app.router.routes[0:0] = [*grade.ROUTES, *rewards.ROUTES]
+    # Plain routes first: matched in order, and grading and rewards are the hot path (a POST to
+    # one of them is answered by HotRoutes before the router; anything else is routed).
+    hot_routes = [*grade.ROUTES, *rewards.ROUTES]
+    app.router.routes[0:0] = hot_routes
     for module in (tasks, jobs, coverage, health, status):
         app.include_router(module.router)
     install_offline_docs(app)
@@ -102,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_not_found_hints(app)
     _document_hand_parsed_bodies(app, settings)
     redis_client = getattr(grading.jobs, "async_redis", None)  # shared by the rate limiter
+    app.add_middleware(HotRoutes, routes=hot_routes, handlers=app.exception_handlers)
     app.add_middleware(TenantMiddleware, tenants=tenants, limiter=RateLimiter(redis_client))
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes)

@@ -95,10 +95,18 @@ def child(metric: Any, *labels: str) -> Any:
     return found
 
 
+# (split, grading, outcome) -> (grade counter, grade latency histogram); bounded like the labels.
+_grade_series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+
 def record_grade(split: str | None, grading: str, outcome: str, seconds: float) -> None:
     split = split or "inline"
-    child(GRADES, split, grading, outcome).inc()
-    child(GRADE_LATENCY, grading).observe(seconds)
+    key = (split, grading, outcome)
+    series = _grade_series.get(key)
+    if series is None:
+        series = _grade_series[key] = (child(GRADES, split, grading, outcome), child(GRADE_LATENCY, grading))
+    series[0].inc()
+    series[1].observe(seconds)
     GRADE_WINDOW.add(split, outcome)
     if outcome in FAULT_OUTCOMES:
         GRADE_WINDOW.add_fault(outcome, f"{split}/{grading}")
@@ -107,17 +115,22 @@ def record_grade(split: str | None, grading: str, outcome: str, seconds: float) 
 class MetricsMiddleware:
     def __init__(self, app: Any) -> None:
         self.app = app
+        # (method, route template, status) -> (request counter, latency histogram): one look-up
+        # per request instead of building and finding two label sets. Bounded: methods are a
+        # closed set, routes are the app's templates, and statuses are the ones the app sends.
+        self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = {"code": 500}
+        status = 500
 
         async def send_wrapper(message: dict[str, Any]) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                status = message["status"]
             await send(message)
 
         try:
@@ -127,10 +140,15 @@ class MetricsMiddleware:
             # the route template, not the raw path: task ids must not explode label cardinality
             name = getattr(route, "path", "unmatched")
             method = scope["method"] if scope["method"] in _METHODS else "other"  # clients choose methods
-            child(HTTP_REQUESTS, method, name, str(status["code"])).inc()
-            child(HTTP_LATENCY, name).observe(time.perf_counter() - start)
-            if status["code"] >= 500:
-                GRADE_WINDOW.add_fault(f"http_{status['code']}", f"{method} {name}")
+            key = (method, name, status)
+            series = self._series.get(key)
+            if series is None:
+                series = self._series[key] = (child(HTTP_REQUESTS, method, name, str(status)),
+                                              child(HTTP_LATENCY, name))
+            series[0].inc()
+            series[1].observe(time.perf_counter() - start)
+            if status >= 500:
+                GRADE_WINDOW.add_fault(f"http_{status}", f"{method} {name}")
 
 
 class BodyLimitMiddleware:

@@ -29,6 +29,10 @@ class Tolerances(BaseModel):
     inline: float = Field(0.02, gt=0, lt=1)
 
 
+# Read on every numeric grade: pydantic's model_fields costs more than the grade's arithmetic.
+TOLERANCE_NAMES = frozenset(Tolerances.model_fields)
+
+
 class Limits(BaseModel):
     """Request-size bounds: large enough for long reasoning traces, small enough that one client
     cannot exhaust the API's memory."""
@@ -191,7 +195,7 @@ class Settings(BaseSettings):
         """The split's default tolerance. An unknown split is an error, never a silent default."""
         # The ``tasks`` split is graded as rows; its tolerance lives under that name.
         name = "rows" if split == "tasks" else split
-        if name not in Tolerances.model_fields:
+        if name not in TOLERANCE_NAMES:
             raise KeyError(f"no tolerance is configured for split {split!r}")
         return float(getattr(self.tolerances, name))
 

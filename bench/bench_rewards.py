@@ -7,7 +7,8 @@ server and the same items:
    per item, the way a naive reward function would do it (the batching pays: expect >> 1x);
 3. OpenRLHF as current versions call it, ONE rollout per ``/get_reward`` request (0.11.x's
    ``SingleTurnAgentExecutor``), in requests/s against a bare FastAPI endpoint returning a
-   constant, both on one uvicorn worker, loaded alike (target: >= 0.6x of bare)."""
+   constant, both on one uvicorn worker, sent the same request bytes by the same client
+   (target: >= 0.6x of bare)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import time
 from typing import Any
 
 from app.tasks.synthetic.bank import SyntheticBank
-from bench.bench_http import uvicorn_server
+from bench.bench_http import compare, cpu_ratio, server_cpu, uvicorn_server
 from bench.loadgen import request_bytes, run_load
 from bench.timing import percentile
 from scaling_book.client import GraderClient
@@ -49,15 +50,6 @@ def _items_per_second(port: int, path: str, body: dict, batch: int, seconds: flo
     return result.ok * batch / result.seconds
 
 
-def _single_rollouts_per_second(port: int, path: str, bodies: list[dict], seconds: float, check=None):
-    raws = [request_bytes("127.0.0.1", port, "POST", path, b) for b in bodies]
-    make = lambda i: raws[i % len(raws)]  # noqa: E731
-    asyncio.run(run_load("127.0.0.1", port, make, connections=4, seconds=min(0.5, seconds)))  # warm-up
-    result = asyncio.run(run_load("127.0.0.1", port, make, connections=16, seconds=seconds, check=check))
-    assert result.errors == 0, result.statuses
-    return result
-
-
 def openrlhf_single_rollouts(smoke: bool) -> None:
     """OpenRLHF's current traffic: one {"query": [q], "prompts": [p], "labels": [l]} per rollout."""
     seconds = 1.0 if smoke else 6.0
@@ -65,21 +57,15 @@ def openrlhf_single_rollouts(smoke: bool) -> None:
     bodies = [{"query": [q], "prompts": [p], "labels": [lab]} for q, p, lab in zip(queries, prompts, labels,
                                                                                    strict=True)]
     expected = [0.0 if i % 2 else 1.0 for i in range(len(bodies))]
-    rounds = 1 if smoke else 3
-    ours_best = bare_best = None
-    for _ in range(rounds):  # interleaved, best of each: the machine is shared
-        with uvicorn_server(["--factory", "app.main:create_app"]) as port:
-            ours = _single_rollouts_per_second(
-                port, "/get_reward", bodies, seconds / rounds,
-                check=lambda i, body: json.loads(body)["scores"] == [expected[i % len(expected)]])
-        with uvicorn_server(["bench.bare_app:app"]) as port:
-            bare = _single_rollouts_per_second(port, "/v1/grade", [{"x": 1}], seconds / rounds)
-        ours_best = ours if ours_best is None or ours.rps > ours_best.rps else ours_best
-        bare_best = bare if bare_best is None or bare.rps > bare_best.rps else bare_best
-    assert ours_best is not None and bare_best is not None  # rounds >= 1
+    ours_best, bare_best = compare(
+        "/get_reward", bodies, seconds, rounds=1 if smoke else 3,
+        check=lambda i, body: json.loads(body)["scores"] == [expected[i % len(expected)]])
+    for r in (ours_best, bare_best):
+        assert r.errors == 0, r.statuses
     for name, r in (("POST /get_reward, 1 rollout/request", ours_best), ("bare FastAPI constant", bare_best)):
-        print(f"   {name}: {r.rps:,.0f} req/s, p50 {percentile(r.latencies, 0.5) * 1e3:.2f} ms")
-    print(f"   OpenRLHF single-rollout ratio (ours / bare): {ours_best.rps / bare_best.rps:.2f}   target >= 0.6")
+        print(f"   {name}: {r.rps:,.0f} req/s, p50 {percentile(r.latencies, 0.5) * 1e3:.2f} ms{server_cpu(r)}")
+    print(f"   OpenRLHF single-rollout ratio (ours / bare): {ours_best.rps / bare_best.rps:.2f}   target >= 0.6"
+          f"{cpu_ratio(ours_best, bare_best)}")
 
 
 def main(smoke: bool) -> None:

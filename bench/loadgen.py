@@ -19,6 +19,7 @@ class LoadResult:
     latencies: list[float] = field(default_factory=list)
     samples: list[tuple[int, float]] = field(default_factory=list)  # (request index, latency)
     statuses: dict[int, int] = field(default_factory=dict)
+    server_cpu_per_request: float | None = None  # seconds, when the bench can read the server's CPU time
 
     @property
     def rps(self) -> float:

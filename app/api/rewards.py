@@ -85,18 +85,24 @@ def _check_size(request: Request, n: int) -> None:
         raise ApiError(422, "invalid_request", f"at most {limit} items per request")
 
 
+# One encoder for every response: json.dumps with any option builds a new encoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def _json(payload: object) -> Response:
-    return Response(content=json.dumps(payload, separators=(",", ":")), media_type="application/json")
+    return Response(content=_ENCODER.encode(payload), media_type="application/json")
 
 
-async def _grade(request: Request, items: list[GradeRequest], *, per_item_judge: bool = False) -> list[GradeResult]:
-    return await grade_leniently(grading_of(request), items, tenant_of(request), per_item_judge=per_item_judge)
+async def _rewards(request: Request, items: list[GradeRequest], *, per_item_judge: bool = False) -> list[GradeResult]:
+    """Results of which only rewards, outcomes and unscored reasons may leave (see ``reward_only``)."""
+    return await grade_leniently(grading_of(request), items, tenant_of(request), per_item_judge=per_item_judge,
+                                 reward_only=True)
 
 
 async def rewards(request: Request) -> Response:
     batch = await parse_body(request, GradeBatchRequest)
     _check_size(request, len(batch.items))
-    results = await _grade(request, batch.items)
+    results = await _rewards(request, batch.items)
     return _json({"rewards": [r.reward if r.scored else None for r in results]})
 
 
@@ -115,21 +121,26 @@ async def get_reward(request: Request) -> Response:
         labels = body.labels or [None] * n
         responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
         slots = requests_for(zip(labels, responses, strict=True))
-        results = in_order(slots, await _grade(request, pending(slots), per_item_judge=True))
+        results = in_order(slots, await _rewards(request, pending(slots), per_item_judge=True))
     # OpenRLHF turns every list into a tensor, so no nulls and no strings: an unscored item gets
     # 0.0, the `scored` mask says which rewards to trust and the unscored_* flags say why.
-    values = [r.reward if r.scored else 0.0 for r in results]
+    rewards = _floats([r.reward if r.scored else 0.0 for r in results])
     reasons = [unscored_reason(r) for r in results]
-    return _json({
-        "rewards": values,
-        "scores": values,
-        "extra_logs": {
-            "scored": [float(r.scored) for r in results],
-            "correct": [float(r.outcome is Outcome.correct) for r in results],
-            "no_answer": [float(r.outcome is Outcome.no_answer) for r in results],
-            **{f"unscored_{name}": [float(why == name) for why in reasons] for name in UNSCORED_REASONS},
-        },
-    })
+    logs = {
+        "scored": [float(r.scored) for r in results],
+        "correct": [float(r.outcome is Outcome.correct) for r in results],
+        "no_answer": [float(r.outcome is Outcome.no_answer) for r in results],
+        **{f"unscored_{name}": [float(why == name) for why in reasons] for name in UNSCORED_REASONS},
+    }
+    extra_logs = ",".join(f'"{name}":{_floats(flags)}' for name, flags in logs.items())
+    return Response(content=f'{{"rewards":{rewards},"scores":{rewards},"extra_logs":{{{extra_logs}}}}}',
+                    media_type="application/json")
+
+
+def _floats(values: list[float]) -> str:
+    """A JSON array of rewards (validated into [0, 1]) or 0/1 flags: finite floats, whose repr is
+    their JSON. Written directly: this response goes out once per rollout."""
+    return "[" + ",".join(map(repr, values)) + "]"
 
 
 async def grade_labelled(request: Request) -> Response:

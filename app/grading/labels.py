@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from app.errors import JobPending
 from app.graders.result import GradeResult, Outcome
 from app.grading.models import GradeRequest
+from app.tasks.registry import SPLIT_LOADERS
 
 
 class LabelError(ValueError):
@@ -34,9 +35,7 @@ _BARE_ROWS_ID = re.compile(r"sc-\d{3}")
 
 
 def _is_task_id(text: str) -> bool:
-    from app.tasks.registry import split_names
-
-    return text.partition("/")[0] in split_names()
+    return text.partition("/")[0] in SPLIT_LOADERS
 
 
 def target_from_label(label: Any) -> dict[str, Any]:

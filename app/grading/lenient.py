@@ -17,10 +17,12 @@ from app.tenants import LOCAL_TENANT, Tenant
 
 
 async def grade_leniently(service: GradingService, items: Sequence[GradeRequest],
-                          tenant: Tenant = LOCAL_TENANT, *, per_item_judge: bool = True) -> list[GradeResult]:
+                          tenant: Tenant = LOCAL_TENANT, *, per_item_judge: bool = True,
+                          reward_only: bool = False) -> list[GradeResult]:
     """Grade in order, waiting as long as the service allows for queued kinds (unless an item
     sets its own wait): results, never job ids. ``per_item_judge``: judge items without a usable
-    judge are unscored one by one instead of refusing the whole batch."""
+    judge are unscored one by one instead of refusing the whole batch. ``reward_only``: the
+    caller passes on only rewards, outcomes and unscored reasons (see ``GradingService.grade``)."""
     if not items:
         return []
     longest = service.settings.limits.max_wait_seconds
@@ -32,7 +34,7 @@ async def grade_leniently(service: GradingService, items: Sequence[GradeRequest]
         # One item (OpenRLHF sends one rollout per request) is graded as /v1/grade grades it, on
         # the event loop: the worker-thread hop a batch takes costs more than a numeric grade.
         try:
-            return await service.grade(item, tenant)
+            return await service.grade(item, tenant, reward_only=reward_only)
         except JobPending as still_queued:
             return settle([still_queued])[0]
         except ApiError as refused:
@@ -43,7 +45,7 @@ async def grade_leniently(service: GradingService, items: Sequence[GradeRequest]
     if len(items) == 1:
         return [await one(items[0])]
     try:
-        return settle(await service.grade_many(items, tenant))
+        return settle(await service.grade_many(items, tenant, reward_only=reward_only))
     except ApiError as problem:
         if not per_item_judge or problem.error != "judge_unavailable":
             raise

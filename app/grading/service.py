@@ -121,9 +121,13 @@ class GradingService:
         """A queued grading as its tenant sees it, after waiting at most the service's longest wait."""
         return await self.jobs.view(tenant.name, job_id, min(wait, self.settings.limits.max_wait_seconds))
 
-    async def grade(self, request: GradeRequest, tenant: Tenant = LOCAL_TENANT) -> GradeResult:
-        """The result, or JobPending if queued work outlasts the request's wait."""
-        return self.shown(await self._grade(request, tenant), tenant)
+    async def grade(self, request: GradeRequest, tenant: Tenant = LOCAL_TENANT, *,
+                    reward_only: bool = False) -> GradeResult:
+        """The result, or JobPending if queued work outlasts the request's wait. ``reward_only``:
+        for callers that pass on nothing but its reward, outcome and unscored reason (the reward
+        endpoints), which skip the copy without the gold that a shown result costs."""
+        result = await self._grade(request, tenant)
+        return result if reward_only else self.shown(result, tenant)
 
     async def _grade(self, request: GradeRequest, tenant: Tenant) -> GradeResult:
         """The full result (gold included, as stored for the job); callers show it via ``shown``."""
@@ -160,10 +164,11 @@ class GradingService:
             return view.result
         raise JobPending(view.job_id, view.status)
 
-    async def grade_many(self, requests: Sequence[GradeRequest],
-                         tenant: Tenant = LOCAL_TENANT) -> list[GradeResult | JobPending]:
+    async def grade_many(self, requests: Sequence[GradeRequest], tenant: Tenant = LOCAL_TENANT, *,
+                         reward_only: bool = False) -> list[GradeResult | JobPending]:
         """Grade in order; a bad item becomes an unscored invalid_request, not a failed batch;
-        an item still queued when its wait ends is returned as JobPending.
+        an item still queued when its wait ends is returned as JobPending. ``reward_only`` as
+        for ``grade``.
 
         Inline items are graded in chunks on a worker thread: a batch of thousands graded on
         the event loop would hold every other request back for seconds."""
@@ -188,7 +193,7 @@ class GradingService:
             chunk = inline[start : start + INLINE_CHUNK]
             graded = await anyio.to_thread.run_sync(self._grade_chunk, chunk)
             for (i, *_), result in zip(chunk, graded, strict=True):
-                results[i] = self.shown(result, tenant)
+                results[i] = result if reward_only else self.shown(result, tenant)
 
         async def one(task: Task, text: str, request: GradeRequest) -> GradeResult | JobPending:
             try:
@@ -200,6 +205,9 @@ class GradingService:
 
         queued = await asyncio.gather(*(one(t, x, r) for _, t, x, r in others))
         for (i, *_), outcome in zip(others, queued, strict=True):
+            # a queued or idempotent item's result is the stored one, gold included
+            if isinstance(outcome, GradeResult) and not reward_only:
+                outcome = self.shown(outcome, tenant)
             results[i] = outcome
         return [r for r in results if r is not None]
 

@@ -104,6 +104,19 @@ def test_batch_holds_no_gold(client: httpx.Client) -> None:
     assert_no_gold(body)
 
 
+def test_idempotent_batch_items_hold_no_gold(client: httpx.Client) -> None:
+    # Items with an idempotency key go through the job store, which keeps the full result: the
+    # batch used to answer them with it, gold included.
+    items = [{**probe, "request_id": f"gold-hidden-batch-{i}"} for i, probe in enumerate(_probes())]
+    for _ in range(2):  # first claimed, then answered from the store
+        body = client.post("/v1/grade/batch", json={"items": items}).json()
+        assert [r["reward"] for r in body["results"]] == [0.0] * len(items)
+        assert all(r["job_id"] for r in body["results"])
+        for result in body["results"]:
+            _verdicts_kept(result)
+        assert_no_gold(body)
+
+
 def test_idempotent_grade_and_its_job_hold_no_gold(client: httpx.Client) -> None:
     for i, probe in enumerate(_probes()):
         result = client.post("/v1/grade", json={**probe, "request_id": f"gold-hidden-{i}"}).json()
