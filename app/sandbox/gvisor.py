@@ -28,7 +28,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from app.sandbox.launch import (
-    LAUNCH_SCRIPT, SANDBOX_UID, Child, SandboxFault, harness_source, max_message_bytes, sandbox_env, track,
+    LAUNCH_SCRIPT,
+    SANDBOX_UID,
+    Child,
+    SandboxFault,
+    harness_source,
+    max_message_bytes,
+    sandbox_env,
+    track,
 )
 from app.sandbox.oci import RESULT_DIR, bundle_config, make_root, read_only_binds
 from app.sandbox.owners import CASE_PREFIX, STAGE_PREFIX, owned_tempdir
@@ -171,11 +178,12 @@ def spawn_gvisor(plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
         listener.listen(1)
         bundle = os.path.join(casedir, "bundle")
         os.mkdir(bundle, 0o700)
-        args = [plan.python, "-I", "-S", "-B", "-c", harness_source(), json.dumps(_harness_config(sb, seccomp, profile))]
+        cfg = json.dumps(_harness_config(sb, seccomp, profile))
+        args = [plan.python, "-I", "-S", "-B", "-c", harness_source(), cfg]
         config = bundle_config(plan, sb, rootfs=_rootfs(plan), result_dir=channel, args=args,
                                env=sandbox_env(sb, "/tmp", "/tmp"), cwd="/tmp")
-        with open(os.path.join(bundle, "config.json"), "w") as f:
-            json.dump(config, f)
+        with open(os.path.join(bundle, "config.json"), "w") as out:
+            json.dump(config, out)
         if cgroups is not None:
             cgroup = cgroups.create()
             cgroup.set_memory_limit(sb.warm_memory_bytes)  # until the case arms its own limits
