@@ -110,8 +110,9 @@ def _pidfds(pids: list[int]) -> list[int]:
     return fds
 
 
-def _kill_and_wait(pidfds: list[int]) -> None:
-    """SIGKILL each process (by pidfd: a reused pid is never hit) and wait until all have exited."""
+def _kill_and_wait(pidfds: list[int]) -> int:
+    """SIGKILL each process (by pidfd: a reused pid is never hit) and wait until all have
+    exited; how many had not exited in time."""
     for fd in pidfds:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(fd, signal.SIGKILL)
@@ -122,6 +123,7 @@ def _kill_and_wait(pidfds: list[int]) -> None:
         waiting = [fd for fd in waiting if fd not in done]
     for fd in pidfds:
         os.close(fd)
+    return len(waiting)
 
 
 def _accept(listener: socket.socket, popen: subprocess.Popen[bytes], timeout: float) -> socket.socket:
@@ -207,10 +209,14 @@ def spawn_gvisor(plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
     os.unlink(os.path.join(casedir, "channel", _SOCKET))  # nothing else may ever connect
     # gVisor's host processes (gofer, sandbox) live in sessions of their own: they are found
     # now, while runsc still parents them, and held by pidfd until the child is destroyed.
-    held = _pidfds(descendants(popen.pid))
+    first = descendants(popen.pid)
+    held = _pidfds(first)
 
-    def teardown() -> None:
-        _kill_and_wait(held + _pidfds([*descendants(popen.pid), popen.pid]))
+    def teardown() -> dict[str, Any]:
+        """Runs first in destroy: every host process of the sandbox is gone when it returns."""
+        later = [*descendants(popen.pid), popen.pid]
+        left = _kill_and_wait(held + _pidfds(later))
+        return {"host_pids": sorted({*first, *later}), "host_processes_left": left}
 
     for f in (popen.stdout, popen.stderr):
         assert f is not None

@@ -91,7 +91,7 @@ class Child:
     lines: list[dict[str, Any]] = field(default_factory=list)
     # Tiers whose processes outlive the one started (gvisor: runsc's sandbox and gofer) kill them
     # here; host tasks such a tier needs beyond the case's own count (its kernel's threads).
-    teardown: Callable[[], None] | None = None
+    teardown: Callable[[], dict[str, Any]] | None = None
     extra_tasks: int = 0
 
 
@@ -320,8 +320,7 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
     what the case's control group recorded (memory kills) for the verdict's evidence."""
     with _live_lock:
         _live.discard(child)
-    if child.teardown is not None:
-        child.teardown()
+    facts: dict[str, Any] = child.teardown() if child.teardown is not None else {}
     with contextlib.suppress(OSError):
         os.killpg(child.popen.pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
@@ -334,7 +333,6 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
                 f.close()
     with contextlib.suppress(OSError):
         os.close(child.result_fd)
-    facts: dict[str, Any] = {}
     if child.cgroup is not None:
         facts["oom_kills"] = child.cgroup.oom_kills()
         facts["memory_limit_hits"] = child.cgroup.failcnt()
