@@ -151,6 +151,9 @@ def _harness_config(sb: SandboxSettings, seccomp: bool, profile: str) -> dict[st
         "python_guards": sb.python_guards,
         # The runner's uid is this sandbox's alone (its own kernel): RLIMIT_NPROC counts the case.
         "dedicated_uid": True,
+        # gVisor's kernel refuses a new task once a uid holds *more* than RLIMIT_NPROC (Linux: as
+        # many as), so the limit is set one lower for the case to get exactly its allowance.
+        "nproc_margin": -1,
         # The reporter's uid cannot signal the runner's; the parent ends the whole sandbox.
         "reap_all": False,
         "sys_path": [SITE_IN_SANDBOX],

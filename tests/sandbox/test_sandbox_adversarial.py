@@ -151,8 +151,9 @@ def test_bubblewrap_namespaces_are_private(tier: str) -> None:
         assert pid < 10 and n_pids <= 4  # its own pid namespace: init, reporter, runner
         assert hostname == "sandbox"
         assert interfaces == ["lo"]  # its own network namespace, nothing but loopback
-        # (gvisor: /run holds the result socket's directory, read-only)
-        assert set(root) <= {"bin", "dev", "etc", "lib", "lib64", "proc", "root", "run", "sandbox", "tmp", "usr"}
+        # (gvisor: /run holds the result socket's directory, read-only; /sys is gVisor's own)
+        assert set(root) <= {"bin", "dev", "etc", "lib", "lib64", "proc", "root", "run", "sandbox", "sys", "tmp",
+                             "usr"}
     else:
         assert n_pids > 4  # the plain tier shares the host's pid namespace, as documented
 
