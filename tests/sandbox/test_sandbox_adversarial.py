@@ -22,6 +22,10 @@ pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of
 UNGUESSABLE = Case(args=(), expected="expected-" + os.urandom(6).hex())
 # Under the OS layers alone, these checks hold only where the filesystem is private.
 _PRIVATE_FS_ONLY = {"spawn_subprocess"}
+# Building ten million items costs about the tests' 1 s CPU allowance under gVisor (each page
+# fault goes through its kernel): on a loaded machine the CPU limit may end the case before its
+# oversized result is refused. Either way it scores 0.
+_CPU_BOUND_UNDER_GVISOR = {"return_huge_list"}
 
 
 def _observed(run: CaseRun) -> Any:
@@ -48,7 +52,10 @@ def _attack(box: Sandbox, attack: Attack, targets: Any) -> tuple[CaseRun, dict[s
 @pytest.mark.parametrize("attack", ALL, ids=lambda a: a.name)
 def test_attack_is_contained(tier: str, attack: Attack, targets: Any) -> None:
     run, verdict = _attack(box_for(tier), attack, targets)
-    assert verdict["verdict"] in attack.verdicts, (verdict, run.fault, run.stderr[-300:])
+    verdicts = attack.verdicts
+    if tier.startswith("gvisor") and attack.name in _CPU_BOUND_UNDER_GVISOR:
+        verdicts = verdicts | {"timeout"}
+    assert verdict["verdict"] in verdicts, (verdict, run.fault, run.stderr[-300:])
     assert run.tier == tier
     if attack.check is not None:
         attack.check(_observed(run), targets, tier)
