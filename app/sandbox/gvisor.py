@@ -203,6 +203,9 @@ def spawn_gvisor(plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
         if popen is not None:
             _kill_and_wait(_pidfds([*descendants(popen.pid), popen.pid]))
             popen.wait()
+            for pipe in (popen.stdin, popen.stdout, popen.stderr):
+                if pipe is not None:
+                    pipe.close()
         if cgroup is not None:
             cgroup.remove()
         listener.close()

@@ -22,6 +22,7 @@ from app.sandbox.gvisor import spawn_gvisor
 from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, destroy_all, spawn, wait_ready
 from app.sandbox.owners import remove_stale_dirs
 from app.sandbox.plan import Plan, build_plan
+from app.sandbox.tier_order import auto_tiers
 from app.sandbox.uids import UidPool, shared_uid_pool
 
 if TYPE_CHECKING:
@@ -43,9 +44,8 @@ class Tier:
 
 
 def candidate_tiers(sb: SandboxSettings) -> list[Tier]:
-    """Tiers to try, strongest first, as far as the settings allow. ``auto`` never tries gvisor:
-    it costs every case more and needs root, so a deployment chooses it by name."""
-    isolations = ["bubblewrap", "plain"] if sb.tier == "auto" else [sb.tier]
+    """Tiers to try, strongest first, as far as the settings allow (``auto``: see tier_order)."""
+    isolations = auto_tiers() if sb.tier == "auto" else [sb.tier]
     seccomps = {"auto": [True, False], "require": [True], "off": [False]}[sb.seccomp]
     return [Tier(i, s) for i in isolations for s in seccomps]
 

@@ -10,6 +10,13 @@ reason instead of running candidate code in a weaker sandbox than the operator a
 from __future__ import annotations
 
 TIER_ORDER = ("plain", "bubblewrap", "gvisor")
+# Used only when named (SANDBOX__TIER): it costs every case more and needs root.
+NAMED_ONLY = ("gvisor",)
+
+
+def auto_tiers() -> list[str]:
+    """What ``SANDBOX__TIER=auto`` tries, strongest first."""
+    return [t for t in reversed(TIER_ORDER) if t not in NAMED_ONLY]
 
 
 def isolation_of(tier_name: str) -> str:
