@@ -11,6 +11,7 @@ from tests.stack.stack import Stack, run
 # Run by the worker container's own interpreter, through its own sandbox settings.
 _CASE = """
 import json, os
+from app.graders.impl_verdict import decode
 from app.sandbox import get_sandbox
 from app.settings import Settings
 source = '''
@@ -27,7 +28,8 @@ def probe():
 '''
 box = get_sandbox(Settings().sandbox)
 run = box.run(source, 'probe', [], profile='bare')
-print(json.dumps({'tier': run.tier, 'result': (run.final or {}).get('result')}))
+result = (run.final or {}).get('result') or {}
+print(json.dumps({'tier': run.tier, 'value': decode(result.get('value'))}))
 """
 
 
@@ -36,7 +38,7 @@ def test_a_case_on_a_worker_talks_to_gvisors_kernel_not_the_hosts(stack: Stack) 
     host_release = run("docker", "exec", container, "uname", "-r")
     out = json.loads(run("docker", "exec", container, "python", "-c", _CASE).splitlines()[-1])
     assert out["tier"] == "gvisor+seccomp"
-    release, processes, redis_vars = out["result"]["value"]
+    release, processes, redis_vars = out["value"]
     assert release != host_release  # gVisor's kernel answered uname()
     assert not any("scaling-grader" in p or "rq" in p.split("\x00")[0] for p in processes), processes
     assert redis_vars == []  # the worker's Redis URL (and password) is not in the case
