@@ -21,7 +21,7 @@ def probe():
     for pid in os.listdir('/proc'):
         if pid.isdigit():
             try:
-                seen.append(open(f'/proc/{pid}/cmdline', 'rb').read().decode(errors='replace'))
+                seen.append(open(f'/proc/{pid}/cmdline', 'rb').read().decode(errors='replace').replace(chr(0), ' ')[:200])
             except OSError:
                 pass
     return [os.uname().release, seen, sorted(k for k in os.environ if 'REDIS' in k)]
@@ -40,5 +40,5 @@ def test_a_case_on_a_worker_talks_to_gvisors_kernel_not_the_hosts(stack: Stack) 
     assert out["tier"] == "gvisor+seccomp"
     release, processes, redis_vars = out["value"]
     assert release != host_release  # gVisor's kernel answered uname()
-    assert not any("scaling-grader" in p or "rq" in p.split("\x00")[0] for p in processes), processes
+    assert processes and not any("scaling-grader" in p or "rq" in p for p in processes), processes
     assert redis_vars == []  # the worker's Redis URL (and password) is not in the case
