@@ -13,7 +13,7 @@ ifneq ($(BOOK_MIRROR_DIR),)
 export SCALING_GRADER_BOOK_MIRROR ?= $(abspath $(BOOK_MIRROR_DIR))
 endif
 
-.PHONY: serve test test-fast typecheck lint bench bench-smoke system-deps check-dashboards clean docker-engine images stack stack-down test-stack
+.PHONY: serve test test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,13 +30,23 @@ $(VENV)/.test: pyproject.toml scaling_book/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ./scaling_book
 	touch $@
 
-# Redis (tests start their own servers), bubblewrap (the sandbox's strongest tier) and chromium
-# (the status page and API docs are tested in a headless browser), when running as root and
-# they are missing.
-system-deps:
+# The sandbox's isolated tiers: bubblewrap, and runsc (gVisor) for the gvisor tier, installed
+# from Debian's packages when running as root and they are missing.
+sandbox-deps:
+	@missing=""; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	command -v runsc >/dev/null 2>&1 || missing="$$missing runsc"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "missing system packages:$$missing (install them, or run as root)"; fi; \
+	fi
+
+# Redis (tests start their own servers) and chromium (the status page and API docs are tested in
+# a headless browser), besides the sandbox's, when running as root and they are missing.
+system-deps: sandbox-deps
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
-	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -44,7 +54,7 @@ system-deps:
 	  else echo "missing system packages:$$missing (install them, or run as root)"; fi; \
 	fi
 
-serve: $(VENV)/.serve
+serve: sandbox-deps $(VENV)/.serve
 	$(BIN)/scaling-grader serve --host $(HOST) --port $(PORT)
 
 test: system-deps $(VENV)/.test

@@ -93,13 +93,18 @@ class SandboxSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # "auto" probes bubblewrap, then a plain child, and uses the strongest that really runs.
-    tier: Literal["auto", "bubblewrap", "plain"] = "auto"
+    # "auto" probes bubblewrap, then a plain child, and uses the strongest that really runs;
+    # "gvisor" (a user-space kernel per case, runsc, root only) is used only when named here.
+    tier: Literal["auto", "gvisor", "bubblewrap", "plain"] = "auto"
     # "auto": apply the seccomp deny-list when libseccomp loads; "require": fail closed without it.
     seccomp: Literal["auto", "require", "off"] = "auto"
-    # The weakest isolation this deployment accepts (plain < bubblewrap). A process whose strongest
-    # working tier is weaker refuses impl grades (sandbox_error, code not run): never a silent downgrade.
-    min_tier: Literal["plain", "bubblewrap"] = "plain"
+    # The weakest isolation this deployment accepts (plain < bubblewrap < gvisor). A process whose
+    # strongest working tier is weaker refuses impl grades (sandbox_error, code not run): never a
+    # silent downgrade.
+    min_tier: Literal["plain", "bubblewrap", "gvisor"] = "plain"
+    # How gVisor's kernel intercepts the case's system calls: "ptrace" works everywhere (nested
+    # virtual machines included); "kvm" is faster on bare metal with /dev/kvm.
+    gvisor_platform: Literal["ptrace", "kvm"] = "ptrace"
     python: Path | None = None  # interpreter for children; default: the one running the service
     packages: tuple[str, ...] = ("numpy", "jax")  # made importable in the child, with their deps
     wall_seconds: float = Field(15.0, gt=0)
@@ -108,7 +113,7 @@ class SandboxSettings(BaseModel):
     max_processes: int = Field(32, gt=0)
     max_open_files: int = Field(64, gt=0)
     max_file_bytes: int = Field(16 * 1024**2, gt=0)
-    tmpfs_bytes: int = Field(64 * 1024**2, gt=0)  # bubblewrap tier: size of the private /tmp
+    tmpfs_bytes: int = Field(64 * 1024**2, gt=0)  # bubblewrap and gvisor tiers: size of the private /tmp
     max_output_bytes: int = Field(1024**2, gt=0)  # stdout + stderr per case; more is a verdict
     # A returned value, as canonical JSON; kept small so that reading the largest result costs the
     # service milliseconds (answers are a few hundred numbers at most).
@@ -124,7 +129,7 @@ class SandboxSettings(BaseModel):
     uid_count: int = Field(4096, gt=0)
     python_guards: bool = True  # audit-hook guard inside the child (defence in depth)
     ast_guard: bool = True  # reject submissions importing obviously forbidden modules
-    shm_bytes: int = Field(16 * 1024**2, gt=0)  # bubblewrap tier: size of the private /dev/shm
+    shm_bytes: int = Field(16 * 1024**2, gt=0)  # bubblewrap and gvisor tiers: size of the private /dev/shm
     # Limits for a case as a whole (all its processes, tmpfs pages included), by a control group
     # per case when the service is root and the host's cgroups are writable; "off" keeps rlimits only.
     cgroups: Literal["auto", "off"] = "auto"

@@ -7,7 +7,9 @@ case (the hardening that has a switch), so the cost of the hardening shows in th
 the service's CPU cost of reading a result line of the maximum size, against the former reader.
 Warm latency is measured with a warm child available (the pool is
 allowed to refill between cases); throughput runs cases back to back, two at a time, so the
-refill cost is included."""
+refill cost is included. Then, per isolation tier this machine runs (gvisor, bubblewrap, plain),
+the numpy profile's per-case latency from the pool against a child started for the case, and
+throughput."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app.sandbox.launch import Child, max_message_bytes, read_messages
+from app.sandbox.launch import Child, SandboxFault, max_message_bytes, read_messages
 from app.sandbox.pool import get_sandbox
 from app.settings import SandboxSettings
 from app.tasks.impl import reference
@@ -84,12 +86,12 @@ def _read_cost(line: bytes, sb: SandboxSettings) -> tuple[float, bool]:
     return spent, bool(child.lines) and not child.oversize
 
 
-def _latency(box: Any, source: str, expected: int, n: int) -> list[float]:
+def _latency(box: Any, source: str, expected: int, n: int, profile: str = "jax") -> list[float]:
     warm = []
     for _ in range(n):
-        box.prewarm("jax")
+        box.prewarm(profile)
         start = time.perf_counter()
-        run = box.run(source, "kv_cache_bytes", ARGS, profile="jax")
+        run = box.run(source, "kv_cache_bytes", ARGS, profile=profile)
         warm.append(time.perf_counter() - start)
         value = ((run.final or {}).get("result") or {}).get("value")
         assert run.status == "finished" and value == expected, (run.status, run.fault)
@@ -102,6 +104,35 @@ def _throughput(box: Any, sb: SandboxSettings, source: str, profile: str, n: int
     with ThreadPoolExecutor(sb.max_parallel_cases) as pool:
         runs = list(pool.map(lambda _: box.run(source, "kv_cache_bytes", ARGS, profile=profile), range(n)))
     return n / (time.perf_counter() - start), sum(r.status == "finished" for r in runs)
+
+
+def _per_tier(source: str, expected: int, smoke: bool) -> None:
+    """Each isolation tier this machine runs, numpy profile: a case in a child started for it
+    (the baseline: no pool), a case from the warm pool, and throughput two at a time."""
+    n_latency = 3 if smoke else 10
+    n_throughput = 4 if smoke else 20
+    for isolation in ("gvisor", "bubblewrap", "plain"):
+        warm_box = get_sandbox(SandboxSettings(tier=isolation, warm_pool_size=2))
+        try:
+            tier = warm_box.tier().name
+        except SandboxFault as exc:
+            print(f"   tier {isolation}: does not run here ({str(exc)[-120:]})")
+            continue
+        cold_box = get_sandbox(SandboxSettings(tier=isolation, warm_pool_size=0))
+        cold = []
+        for _ in range(n_latency):
+            start = time.perf_counter()
+            run = cold_box.run(source, "kv_cache_bytes", ARGS, profile="numpy")
+            cold.append(time.perf_counter() - start)
+            assert run.status == "finished", (run.status, run.fault)
+        cold_median = statistics.median(cold)
+        warm_median = statistics.median(_latency(warm_box, source, expected, n_latency, "numpy"))
+        rate, ok = _throughput(warm_box, warm_box.settings, source, "numpy", n_throughput)
+        print(f"   tier {tier}: cold child per case {cold_median * 1000:.0f} ms, warm pool "
+              f"{warm_median * 1000:.1f} ms ({cold_median / warm_median:.1f}x faster); throughput "
+              f"{rate:.1f} cases/s ({ok}/{n_throughput} finished, refills included)")
+        warm_box.shutdown()
+        cold_box.shutdown()
 
 
 def main(smoke: bool = False) -> None:
@@ -160,6 +191,9 @@ def main(smoke: bool = False) -> None:
           f"(parsed: {refused_parsed})")
     old_cost = _old_read_cost(line[:-1])
     print(f"   the former reader on the largest accepted line: {old_cost * 1000:.1f} ms CPU")
+    for box in boxes.values():
+        box.shutdown()  # the machine's two cores to the per-tier figures
+    _per_tier(source, expected, smoke)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # Build the stack's images with no container registry needed:
 #   * base images: the public ones (python:3.11-slim, redis:7) when present or pullable; otherwise
 #     local ones imported from a Debian root file system (debootstrap --variant=minbase with
-#     python3, python3-venv, bubblewrap and redis-server), built once and kept;
+#     python3, python3-venv, bubblewrap, runsc and redis-server), built once and kept;
 #   * a wheelhouse of every Python package, built on the host with `pip wheel` (rebuilt when
 #     pyproject.toml changes), so nothing inside a build reaches the network;
 #   * the api and worker images, with Docker's layer cache (only changed layers rebuild).
@@ -36,7 +36,7 @@ debian_rootfs_tar() {
   fi
   log "building a Debian bookworm root file system with debootstrap"
   rm -rf "$dir"
-  debootstrap --variant=minbase --include=python3,python3-venv,bubblewrap,redis-server,ca-certificates \
+  debootstrap --variant=minbase --include=python3,python3-venv,bubblewrap,runsc,redis-server,ca-certificates \
     bookworm "$dir" "$DEBIAN_MIRROR" >"$BUILD/debootstrap.log" 2>&1 \
     || { log "debootstrap failed, see $BUILD/debootstrap.log"; exit 1; }
   rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* \

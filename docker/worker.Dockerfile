@@ -1,6 +1,7 @@
 # The worker image: RQ worker for the impl and judge queues. Candidate code runs in one-shot
-# `python -I` children under bubblewrap; the container itself is hardened in docker-compose.yml
-# (non-root, read-only root, tmpfs for sandboxes, no capabilities, no-new-privileges, seccomp).
+# `python -I` children, each behind gVisor's kernel (the gvisor tier); the container itself is
+# hardened in docker-compose.yml (read-only root, tmpfs for sandboxes, only the capabilities
+# runsc needs, no-new-privileges). Without root it runs the bubblewrap tier instead.
 #
 # Built like docker/api.Dockerfile: no network, packages from the host's wheelhouse, BASE_IMAGE
 # a Debian-family image with python3 (the host's minor version) and its venv module.
@@ -20,11 +21,14 @@ RUN /opt/venv/bin/pip install -q --no-index --no-deps --no-build-isolation /src
 
 FROM ${BASE_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
-# bubblewrap is the strongest sandbox tier. The local base built from Debian's packages has it
-# already; on the public Python image it comes from Debian's packages (the one step there that
-# needs the network). No compiler is installed: candidate code never builds anything.
-RUN command -v bwrap >/dev/null \
- || (apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*)
+# runsc (gVisor) for the gvisor tier the compose file runs, and bubblewrap for hosts that run the
+# worker without root. The local base built from Debian's packages has them already; otherwise
+# they come from Debian's packages (the one step that needs the network). No compiler is
+# installed: candidate code never builds anything.
+RUN missing=""; command -v bwrap >/dev/null || missing="$missing bubblewrap"; \
+    command -v runsc >/dev/null || missing="$missing runsc"; \
+    [ -z "$missing" ] || (apt-get update && apt-get install -y --no-install-recommends $missing \
+                          && rm -rf /var/lib/apt/lists/*)
 RUN useradd --create-home --uid 10001 --user-group grader \
  && install -d -o 10001 -g 10001 /home/grader/.cache/scaling-grader/book
 COPY --from=install /opt/venv /opt/venv

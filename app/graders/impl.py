@@ -22,8 +22,8 @@ from app.graders.impl_jax import TrustedCheckFailed, established_shardings, meet
 from app.graders.impl_source import denied_imports, extract_code
 from app.graders.impl_verdict import NOTHING, CaseVerdict, Reason, assess
 from app.graders.result import GradeResult, Outcome
-from app.graders.tier_policy import meets_minimum, refusal
 from app.sandbox.pool import get_sandbox
+from app.sandbox.tier_order import meets_minimum, refusal
 
 if TYPE_CHECKING:
     from app.graders.options import GradeOptions

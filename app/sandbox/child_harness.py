@@ -169,16 +169,52 @@ def reporter(cfg, pid, pipe_r, ack_w):
     os._exit(0)
 
 
+def open_result_socket_first():
+    """Where no fd can be handed in (the gvisor tier), the result channel is a unix socket the
+    parent listens on: connected here, before the seccomp filter (which denies socket()) is
+    installed, and placed on the fd number the configuration names."""
+    cfg = json.loads(sys.argv[1])
+    path = cfg.get("result_socket")
+    if not path:
+        return
+    import socket  # only here: the other tiers' children never load it
+
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+    except OSError as exc:
+        os.write(2, f"harness set-up failed: {exc!r}\n".encode())
+        os._exit(70)
+    if sock.fileno() == cfg["result_fd"]:
+        sock.detach()  # already where it belongs
+    else:
+        os.dup2(sock.fileno(), cfg["result_fd"])
+        sock.close()
+
+
+def _become(uid):
+    """Drop to uid (no groups, no capabilities left). The gvisor tier starts the harness as the
+    sandbox kernel's root: its user-space kernel lets a process signal its namespace's init, so
+    the reporter (pid 1 there) and the runner must not share a uid."""
+    if uid is None:
+        return
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     pipe_r, pipe_w = os.pipe()
     ack_r, ack_w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        _become(cfg.get("runner_uid"))
         os.close(cfg["result_fd"])
         os.close(pipe_r)
         os.close(ack_w)
         runner(cfg, pipe_w, ack_r)
+    _become(cfg.get("reporter_uid"))
     os.close(pipe_w)
     os.close(ack_r)
     import ctypes  # after the fork: the runner child must start with nothing imported (see above)

@@ -95,7 +95,7 @@ def _tasks_of_uid(uid):
     return count
 
 
-def _apply_limits(limits, dedicated_uid):
+def _apply_limits(limits, dedicated_uid, nproc_margin=0):
     """Limits count from now: the address space the interpreter and libraries already hold and
     the CPU the warm-up used are not charged to the candidate."""
     applied = {}
@@ -116,7 +116,7 @@ def _apply_limits(limits, dedicated_uid):
         # RLIMIT_NPROC counts the tasks of the uid (within this user namespace, for bubblewrap);
         # the uid is this sandbox's alone, so the cap is the tasks already running (reporter,
         # runner threads) plus the candidate's allowance.
-        nproc = _tasks_of_uid(os.getuid()) + int(limits["max_processes"])
+        nproc = _tasks_of_uid(os.getuid()) + int(limits["max_processes"]) + nproc_margin
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         applied["max_processes"] = nproc
     return applied
@@ -182,7 +182,7 @@ def runner(cfg, out, ack):
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        applied = _apply_limits(request["limits"], cfg["dedicated_uid"])
+        applied = _apply_limits(request["limits"], cfg["dedicated_uid"], int(cfg.get("nproc_margin", 0)))
         if lib is not None:
             install_seccomp(lib)
         cpu_at_arm = _cpu_seconds()

@@ -72,7 +72,7 @@ def _arm_case_limits(child: Child, sb: SandboxSettings) -> dict[str, int] | str:
     """The whole case's limits, set before it receives the case; an error text on failure."""
     assert child.cgroup is not None
     try:
-        return child.cgroup.arm(sb.case_memory_bytes, sb.max_processes)
+        return child.cgroup.arm(sb.case_memory_bytes, sb.max_processes + child.extra_tasks)
     except OSError as exc:
         return f"could not set the case's control group limits: {exc.strerror or exc}"
 

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -38,7 +39,7 @@ SANDBOX_UID = 65534  # the uid the candidate sees inside the bubblewrap tier
 # is in them from the first instruction), bind-mount each staged source onto its mountpoint,
 # then exec the rest of argv. Only our own paths are ever passed here, as positional
 # parameters, never interpolated.
-_LAUNCH_SCRIPT = (
+LAUNCH_SCRIPT = (
     'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 96; shift; done; shift; '
     'while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 97; shift 2; done; shift; exec "$@"'
 )
@@ -62,7 +63,8 @@ def harness_source() -> str:
     parts = ("child_seccomp.py", "child_values.py", "child_runner.py", "child_harness.py")
     # The deny-list goes on before main() forks the reporter and the runner: no process of the
     # sandbox ever runs without it (the runner adds it once more before the candidate runs).
-    return "\n".join([*((here / name).read_text() for name in parts), "arm_seccomp_first()\nmain()\n"])
+    program = "open_result_socket_first()\narm_seccomp_first()\nmain()\n"
+    return "\n".join([*((here / name).read_text() for name in parts), program])
 
 
 def max_message_bytes(sb: SandboxSettings) -> int:
@@ -87,9 +89,13 @@ class Child:
     pending_bytes: int = 0
     oversize: bool = False  # a line longer than max_message arrived: the child is killed
     lines: list[dict[str, Any]] = field(default_factory=list)
+    # Tiers whose processes outlive the one started (gvisor: runsc's sandbox and gofer) kill them
+    # here; host tasks such a tier needs beyond the case's own count (its kernel's threads).
+    teardown: Callable[[], dict[str, Any]] | None = None
+    extra_tasks: int = 0
 
 
-def _env(sb: SandboxSettings, home: str, tmp: str) -> dict[str, str]:
+def sandbox_env(sb: SandboxSettings, home: str, tmp: str) -> dict[str, str]:
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": home,
@@ -114,7 +120,7 @@ def _drop_privileges_prefix(plan: Plan, uid: int, cgroup: CaseCgroup | None) -> 
     if plan.staged or cgroup:
         if plan.staged:
             argv += [tools["unshare"], "--mount", "--propagation", "private", "--"]
-        argv += [tools["sh"], "-c", _LAUNCH_SCRIPT, "launch"]
+        argv += [tools["sh"], "-c", LAUNCH_SCRIPT, "launch"]
         argv += [*(cgroup.procs_files if cgroup else []), "--"]
         for source, point in plan.staged.items():
             argv += [source, point]
@@ -182,7 +188,7 @@ def spawn(
         prefix = _drop_privileges_prefix(plan, uid, cgroup) if uid is not None else []
         if tier == "bubblewrap":
             cfg["sys_path"] = [SITE_IN_SANDBOX]
-            env = _env(sb, "/tmp/home", "/tmp")
+            env = sandbox_env(sb, "/tmp/home", "/tmp")
             argv = [*prefix, *_bwrap_argv(plan, sb), plan.python]
             cwd = None
         else:
@@ -195,7 +201,7 @@ def spawn(
                 os.mkdir(d, 0o700)
                 if uid is not None:
                     os.chown(d, uid, uid)
-            env = _env(sb, home, tmp)
+            env = sandbox_env(sb, home, tmp)
             argv = [*prefix, plan.visible(plan.python)]
         argv += ["-I", "-S", "-B", "-c", harness_source(), json.dumps(cfg)]
         popen = subprocess.Popen(
@@ -218,9 +224,14 @@ def spawn(
         os.set_blocking(f.fileno(), False)
     child = Child(popen, read_end, tier, seccomp, profile, uid, workdir, time.monotonic(), cgroup,
                   max_message_bytes(sb))
+    track(child)
+    return child
+
+
+def track(child: Child) -> None:
+    """Count child among those destroyed at stop (destroy_all)."""
     with _live_lock:
         _live.add(child)
-    return child
 
 
 def _parse_line(line: bytes) -> dict[str, Any]:
@@ -309,6 +320,7 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
     what the case's control group recorded (memory kills) for the verdict's evidence."""
     with _live_lock:
         _live.discard(child)
+    facts: dict[str, Any] = child.teardown() if child.teardown is not None else {}
     with contextlib.suppress(OSError):
         os.killpg(child.popen.pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
@@ -321,7 +333,6 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
                 f.close()
     with contextlib.suppress(OSError):
         os.close(child.result_fd)
-    facts: dict[str, Any] = {}
     if child.cgroup is not None:
         facts["oom_kills"] = child.cgroup.oom_kills()
         facts["memory_limit_hits"] = child.cgroup.failcnt()

@@ -40,12 +40,15 @@ class Plan:
     is_root: bool
     staging_dir: str | None = None
     staged: dict[str, str] = field(default_factory=dict)  # host source -> staged mountpoint
-    tools: dict[str, str] = field(default_factory=dict)  # unshare, sh, setpriv, bwrap
+    tools: dict[str, str] = field(default_factory=dict)  # unshare, sh, setpriv, bwrap, runsc
+    scratch_dirs: list[str] = field(default_factory=list)  # made for the tiers (gvisor's root)
 
     def cleanup(self) -> None:
-        """Remove the staging mount points (empty on the host; mounts live only in children)."""
-        if self.staging_dir:
-            shutil.rmtree(self.staging_dir, ignore_errors=True)
+        """Remove the staging mount points (empty on the host; mounts live only in children)
+        and the tiers' scratch directories."""
+        for d in [self.staging_dir, *self.scratch_dirs]:
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
 
     def visible(self, path: str) -> str:
         """The path a child under a dedicated uid uses for a host path (staged if need be)."""
@@ -146,7 +149,7 @@ def build_plan(python: Path | None, packages: tuple[str, ...]) -> Plan:
         system_binds=_system_binds(),
         is_root=os.geteuid() == 0,
     )
-    for tool in ("bwrap", "unshare", "setpriv", "sh", "mount"):
+    for tool in ("bwrap", "unshare", "setpriv", "sh", "mount", "runsc"):
         found = shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
         if found:
             plan.tools[tool] = found

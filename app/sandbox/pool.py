@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from app.sandbox.cgroups import CgroupHost, close_shared_cgroup_host, shared_cgroup_host
 from app.sandbox.executor import CaseRun, case_request, run_in_child
+from app.sandbox.gvisor import spawn_gvisor
 from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, destroy_all, spawn, wait_ready
 from app.sandbox.owners import remove_stale_dirs
 from app.sandbox.plan import Plan, build_plan
+from app.sandbox.tier_order import auto_tiers
 from app.sandbox.uids import UidPool, shared_uid_pool
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ _REPROBE_AFTER_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class Tier:
-    isolation: str  # "bubblewrap" or "plain"
+    isolation: str  # "gvisor", "bubblewrap" or "plain"
     seccomp: bool
 
     @property
@@ -42,8 +44,8 @@ class Tier:
 
 
 def candidate_tiers(sb: SandboxSettings) -> list[Tier]:
-    """Tiers to try, strongest first, as far as the settings allow."""
-    isolations = ["bubblewrap", "plain"] if sb.tier == "auto" else [sb.tier]
+    """Tiers to try, strongest first, as far as the settings allow (``auto``: see tier_order)."""
+    isolations = auto_tiers() if sb.tier == "auto" else [sb.tier]
     seccomps = {"auto": [True, False], "require": [True], "off": [False]}[sb.seccomp]
     return [Tier(i, s) for i in isolations for s in seccomps]
 
@@ -87,6 +89,8 @@ class Sandbox:
 
     def _spawn(self, tier: Tier, profile: str) -> Child:
         plan = self._ensure_plan()
+        if tier.isolation == "gvisor":
+            return spawn_gvisor(plan, self.settings, tier.seccomp, profile, self._cgroups)
         return spawn(plan, self.settings, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
 
     def _probe_one(self, tier: Tier) -> None:

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from app.graders.tier_policy import TIER_ORDER, meets_minimum, refusal
+from app.sandbox.tier_order import TIER_ORDER, meets_minimum, refusal
 from app.tasks.impl import reference
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker

@@ -34,8 +34,9 @@ def _no_secret(observed: Any, targets: Any, tier: str) -> None:
 
 
 def _source_hidden(observed: Any, targets: Any, tier: str) -> None:
-    # The bubblewrap tier binds only the interpreter and packages: the service's code is absent.
-    if tier.startswith("bubblewrap"):
+    # The bubblewrap and gvisor tiers bind only the interpreter and packages: the service's code
+    # is absent.
+    if tier.startswith(("bubblewrap", "gvisor")):
         _denied(observed)
 
 
@@ -239,7 +240,8 @@ OS_LAYER = [a for a in ALL if a.name in {
 
 # In the bubblewrap tier the reporter is the sandbox's pid 1 (bubblewrap's --as-pid-1): the
 # kernel drops signals sent to a namespace's init from inside it, so the attack returns and is
-# simply wrong. In the plain tier the reporter dies and the case is crashed, as before.
+# simply wrong. In the gvisor tier the reporter is pid 1 under a uid of its own, which the
+# candidate's cannot signal. In the plain tier the reporter dies and the case is crashed, as before.
 def _reporter_may_survive(attack: Attack) -> Attack:
     if attack.name != "kill_own_reporter":
         return attack

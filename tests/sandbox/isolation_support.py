@@ -48,6 +48,7 @@ def hostile(box: Sandbox, source: str, args: list[Any] | None = None, *,
     uid = run.extra.get("uid")
     if uid is not None:
         assert processes_of(uid) == [], "a process of the case survived it"
+    assert run.extra.get("host_processes_left", 0) == 0, "a host process of the gVisor sandbox survived it"
     if box.limits != "rlimits":  # the case's control group went with it
         assert run.extra.get("cgroup_removed") is True, run.extra
     return run, verdict

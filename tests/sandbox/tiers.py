@@ -20,7 +20,9 @@ SHORT_LIMITS = {
     "warm_pool_size": 2,
     "start_timeout_seconds": 90.0,
 }
-ALL_TIERS = ("bubblewrap+seccomp", "bubblewrap", "plain+seccomp", "plain")
+ALL_TIERS = ("gvisor+seccomp", "gvisor", "bubblewrap+seccomp", "bubblewrap", "plain+seccomp", "plain")
+# Tiers whose case has a filesystem, process table and network of its own (not the host's).
+PRIVATE_TIERS = ("gvisor", "bubblewrap")
 
 
 def tier_settings(tier: str, *, guards: bool = True, **overrides: object) -> SandboxSettings:

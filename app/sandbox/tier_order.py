@@ -1,13 +1,22 @@
-"""The minimum sandbox tier a deployment accepts (``SCALING_GRADER_SANDBOX__MIN_TIER``).
+"""The one ranking of sandbox isolation tiers, weakest first, and the minimum tier a deployment
+accepts (``SCALING_GRADER_SANDBOX__MIN_TIER``).
 
 Tiers are ranked by isolation only; seccomp is required separately (``SANDBOX__SECCOMP=require``).
+``plain`` shares the host's kernel, filesystem and process table; ``bubblewrap`` shares only the
+host's kernel; ``gvisor`` puts a user-space kernel of its own between the case and the host's.
 A process whose strongest working tier ranks below the minimum refuses impl grades with a clear
 reason instead of running candidate code in a weaker sandbox than the operator asked for."""
 
 from __future__ import annotations
 
-# Weakest first. A gVisor tier would rank after bubblewrap.
-TIER_ORDER = ("plain", "bubblewrap")
+TIER_ORDER = ("plain", "bubblewrap", "gvisor")
+# Used only when named (SANDBOX__TIER): it costs every case more and needs root.
+NAMED_ONLY = ("gvisor",)
+
+
+def auto_tiers() -> list[str]:
+    """What ``SANDBOX__TIER=auto`` tries, strongest first."""
+    return [t for t in reversed(TIER_ORDER) if t not in NAMED_ONLY]
 
 
 def isolation_of(tier_name: str) -> str:
