@@ -131,6 +131,10 @@ class SandboxSettings(BaseModel):
     # The plain tier (no namespaces) is refused at start for a multi-tenant service (tenants
     # file set) unless this is true: its isolation is a uid, rlimits and seccomp only.
     allow_plain: bool = False
+    # How a case's child comes to be: "forkserver" forks it from a process per profile that has
+    # imported numpy/JAX once (used where it keeps every guarantee, see the sandbox docs; elsewhere
+    # interpreters are started as with "exec"); "exec" starts a fresh interpreter per case.
+    launcher: Literal["forkserver", "exec"] = "forkserver"
 
 
 class ImplSettings(BaseModel):

@@ -22,6 +22,7 @@ from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, destroy_a
 from app.sandbox.owners import remove_stale_dirs
 from app.sandbox.plan import Plan, build_plan
 from app.sandbox.uids import UidPool, shared_uid_pool
+from app.sandbox.zygote import ForkServers
 
 if TYPE_CHECKING:
     from app.settings import SandboxSettings
@@ -63,6 +64,7 @@ class Sandbox:
         self._starting: dict[str, int] = {}
         self._closed = False
         self._refiller: threading.Thread | None = None
+        self._forkservers = ForkServers(sb)
         # However many grades run at once, the host runs at most this many cases.
         self._slots = threading.BoundedSemaphore(sb.max_concurrent_cases)
 
@@ -85,12 +87,25 @@ class Sandbox:
         """What bounds a case as a whole: a control group per case, or per-process rlimits."""
         return self._cgroups.name if self._cgroups is not None else "rlimits"
 
+    @property
+    def launcher(self) -> str:
+        """How children of the tier in force start: ``forkserver`` or ``exec`` (see zygote.py)."""
+        tier, plan = self._tier, self._plan
+        if tier is None or plan is None or not self._forkservers.usable(plan, tier.isolation, tier.seccomp):
+            return "exec"
+        return "forkserver"
+
     def _spawn(self, tier: Tier, profile: str) -> Child:
         plan = self._ensure_plan()
+        forked = self._forkservers.spawn(plan, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
+        if forked is not None:
+            return forked
         return spawn(plan, self.settings, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
 
     def _probe_one(self, tier: Tier) -> None:
-        child = self._spawn(tier, "bare")
+        # Always a started interpreter: the probe is what shows that the tier works on this host.
+        plan = self._ensure_plan()
+        child = spawn(plan, self.settings, tier.isolation, tier.seccomp, "bare", self._uids, self._cgroups)
         try:
             wait_ready(child, self.settings.start_timeout_seconds)
             request = case_request(_PROBE_SOURCE, "probe", [6, 7], {}, self.settings)
@@ -137,7 +152,8 @@ class Sandbox:
             tier, ok = None, False
         with self._lock:
             warm = {p: len(q) for p, q in self._warm.items()}
-        return {"ok": ok, "tier": tier, "limits": self.limits, "probes": list(self._probe_report), "warm": warm}
+        return {"ok": ok, "tier": tier, "limits": self.limits, "launcher": self.launcher,
+                "probes": list(self._probe_report), "warm": warm}
 
     # ------------------------------------------------------------------ warm pool
 
@@ -251,6 +267,7 @@ class Sandbox:
                 facts = destroy(child, self._uids)
             run.extra.update(facts)
             run.extra["uid"] = child.uid
+            run.extra["launcher"] = "forkserver" if child.forked else "exec"
             if run.status != "sandbox_fault":
                 break
             log.warning("sandbox fault, retrying the case once: %s", run.fault)
@@ -266,6 +283,7 @@ class Sandbox:
         for child in children:
             with contextlib.suppress(Exception):
                 destroy(child, self._uids)
+        self._forkservers.stop()
         if self._plan is not None:
             self._plan.cleanup()
 
