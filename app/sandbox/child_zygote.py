@@ -30,7 +30,7 @@ _NEW_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x2000000
 # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWPID | NEWNET
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REC, _MS_PRIVATE = 1 << 14, 1 << 18
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
 _RESULT_FD = 3  # where the case's result channel sits in the fork
 _CASE_FDS = 4  # stdin, stdout, stderr, result channel
 
@@ -79,6 +79,9 @@ def _drop_privileges(libc, uid):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)  # from root to a non-zero uid: every capability goes
+        # The uid change made the process non-dumpable; a started child is dumpable (its exec
+        # reset it), and the harness relies on choosing itself which process is not.
+        _check(libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     with open("/proc/self/status") as f:
         caps = [line.split()[1] for line in f if line.startswith("CapEff:")]
@@ -101,6 +104,10 @@ def _case_leader(zcfg, req, fds):
         _check(libc.unshare(_NEW_NAMESPACES), "unshare")
         pid = os.fork()
         if pid:
+            # The service stops a case with SIGTERM to the leader, which kills pid 1 and exits
+            # only once the kernel has emptied the namespace: when the leader is gone, so is
+            # every process of the case.
+            signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
             _, status = os.waitpid(pid, 0)
             os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
         _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")

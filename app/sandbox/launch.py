@@ -382,8 +382,10 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
     with _live_lock:
         _live.discard(child)
     kill_child(child)
+    exited = False
     with contextlib.suppress(subprocess.TimeoutExpired):
         child.popen.wait(timeout=10)
+        exited = True
     for f in (child.popen.stdin, child.popen.stdout, child.popen.stderr):
         with contextlib.suppress(OSError):
             if f is not None:
@@ -398,7 +400,9 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
     if child.uid is not None:
         # Even after the group is gone a killed task may still be exiting: the uid goes back to
         # the pool only when /proc shows none of its processes (one scan when all is quiet).
-        gone = reap_uid(child.uid)
+        # A forked bubblewrap child's leader exits only after the case's pid 1, whose exit
+        # empties the pid namespace every process of the case is in: nothing can be left.
+        gone = (child.forked and child.tier == "bubblewrap" and exited) or reap_uid(child.uid)
         if child.tier == "plain":
             facts["left_behind"] = remove_leftovers_of(child.uid)
         if uids is not None and gone:

@@ -55,8 +55,14 @@ class ForkedProcess:
     """A case leader forked by a zygote: not the service's child, so it is watched and killed
     through a pidfd, which always means this process, never a later one with its pid."""
 
-    def __init__(self, pidfd: int, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes]) -> None:
+    # A bubblewrap-tier leader asked to stop kills the case's pid 1 and waits until the namespace
+    # is empty; if it has not exited after this long, it is killed outright.
+    _GRACE_SECONDS = 2.0
+
+    def __init__(self, pidfd: int, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes], *,
+                 stop_signal: int = signal.SIGKILL) -> None:
         self.pidfd = pidfd
+        self.stop_signal = stop_signal
         self.pid = _pid_of(pidfd)
         self.stdin: IO[bytes] | None = stdin
         self.stdout: IO[bytes] | None = stdout
@@ -75,14 +81,21 @@ class ForkedProcess:
     def poll(self) -> int | None:
         return self.returncode if self._exited(0) else None
 
-    def kill(self) -> None:
+    def _signal(self, sig: int) -> None:
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                signal.pidfd_send_signal(self.pidfd, sig)
+
+    def kill(self) -> None:
+        self._signal(self.stop_signal)
 
     def wait(self, timeout: float | None = None) -> int:
-        if not self._exited(timeout):
-            raise subprocess.TimeoutExpired("case leader", timeout or 0)
+        grace = self._GRACE_SECONDS if timeout is None else min(timeout, self._GRACE_SECONDS)
+        if not self._exited(grace):
+            self._signal(signal.SIGKILL)
+            rest = None if timeout is None else max(timeout - grace, 0.0)
+            if not self._exited(rest):
+                raise subprocess.TimeoutExpired("case leader", timeout or 0)
         assert self.returncode is not None
         return self.returncode
 
@@ -236,9 +249,24 @@ class ForkServers:
         when no zygote can serve this tier (the caller starts an interpreter)."""
         if not self.usable(plan, isolation, seccomp) or uids is None:
             return None
-        zygote = self._zygote(plan, isolation, seccomp, profile)
-        if zygote is None:
-            return None
+        for attempt in range(2):
+            zygote = self._zygote(plan, isolation, seccomp, profile)
+            if zygote is None:
+                return None
+            try:
+                return self._fork(zygote, isolation, seccomp, profile, uids, cgroups)
+            except SandboxFault:
+                if attempt == 1:
+                    raise
+                with contextlib.suppress(subprocess.TimeoutExpired):  # bubblewrap follows it out
+                    zygote.popen.wait(timeout=0.5)
+                if zygote.alive():
+                    raise
+                # It died (or was killed) since it was last used: once more with a new one.
+        return None
+
+    def _fork(self, zygote: Zygote, isolation: str, seccomp: bool, profile: str, uids: UidPool,
+              cgroups: CgroupHost | None) -> Child:
         sb = self.sb
         uid = uids.take()
         cgroup: CaseCgroup | None = None
@@ -266,7 +294,8 @@ class ForkServers:
                 theirs.append(r if i == 0 else w)
             pidfd = zygote.fork(request, theirs)
             process = ForkedProcess(pidfd, os.fdopen(ours[0], "wb"), os.fdopen(ours[1], "rb"),
-                                    os.fdopen(ours[2], "rb"))
+                                    os.fdopen(ours[2], "rb"),
+                                    stop_signal=signal.SIGTERM if isolation == "bubblewrap" else signal.SIGKILL)
             ours = ours[3:]
             if cgroup is not None:
                 for procs in cgroup.procs_files:  # before it goes on, as a started child's launcher does
