@@ -25,6 +25,7 @@ import socket
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING
 
 from app.sandbox.cgroups import CaseCgroup, CgroupHost
@@ -215,6 +216,10 @@ class ForkServers:
         self._zygotes: dict[tuple[str, bool, str], Zygote] = {}
         self._failed: dict[tuple[str, bool, str], float] = {}
         self._lock = threading.Lock()
+        # Zygotes are started from this one thread, which lives as long as the sandbox:
+        # bubblewrap's --die-with-parent follows the *thread* that started it, and a grading
+        # thread that happens to need the first child may end right after its grade.
+        self._keeper = ThreadPoolExecutor(1, thread_name_prefix="sandbox-forkserver")
 
     def usable(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
         return (self.sb.launcher == "forkserver" and plan.is_root
@@ -234,8 +239,9 @@ class ForkServers:
             if failed is not None and time.monotonic() - failed < _RETRY_AFTER_SECONDS:
                 return None
             try:
-                zygote = self._zygotes[key] = Zygote(plan, self.sb, isolation, seccomp, profile)
-            except (SandboxFault, OSError) as exc:
+                zygote = self._keeper.submit(Zygote, plan, self.sb, isolation, seccomp, profile).result()
+                self._zygotes[key] = zygote
+            except (SandboxFault, OSError, RuntimeError) as exc:
                 self._failed[key] = time.monotonic()
                 log.warning("fork server for %s/%s unavailable, starting interpreters instead: %s",
                             isolation, profile, exc)
@@ -337,3 +343,4 @@ class ForkServers:
             self._zygotes.clear()
         for zygote in zygotes:
             zygote.stop()
+        self._keeper.shutdown(wait=False)
