@@ -20,6 +20,7 @@ runner."""
 # earlier parts of the program
 
 import ctypes
+import gc
 import json
 import os
 import signal
@@ -139,6 +140,9 @@ def zygote_main():
     except BaseException as exc:
         control.send(json.dumps({"kind": "failed", "error": repr(exc)[:300]}).encode())
         os._exit(70)
+    # What the imports made is never collected in a fork: a collection there would touch (and
+    # so copy) every page of it.
+    gc.freeze()
     # A pidfd of itself: the service learns the zygote's pid as the host sees it (for its
     # operators and tests; the service never signals it by pid).
     own = os.pidfd_open(os.getpid())
