@@ -48,7 +48,7 @@ def _import_profile(preload):
             from jax.experimental import shard_map  # noqa: F401
 
 
-def _warm(preload, start_backend=True):
+def _warm(preload, warm_jit=True):
     info = {}
     # The warm part: imported here, once per child, before any candidate code arrives (a no-op in
     # a fork of the fork server, which imported them already).
@@ -59,10 +59,11 @@ def _warm(preload, start_backend=True):
         from jax._src.array import ArrayImpl
         from jax.sharding import NamedSharding
 
-        if start_backend:
-            # A started child warms the backend before the case; a forked one leaves it to the
-            # case (starting it is the first use's work, about 15 ms on the CPU backend).
-            info["devices"] = len(jax.devices())
+        # The backend starts here, before the case: its threads and the address space it maps
+        # (about 1 GiB) are part of the warm state the limits count from, as in a started child.
+        # (A fork server's forks do this themselves: the zygote must not start it.)
+        info["devices"] = len(jax.devices())
+        if warm_jit:  # a started child also compiles once; a fork leaves that to the case
             jax.jit(lambda x: x + 1)(jnp.zeros(8)).block_until_ready()
         # The only types whose mesh and spec the encoder reads, fixed before candidate code runs.
         _JAX_TYPES[:] = [ArrayImpl, NamedSharding]
@@ -186,7 +187,7 @@ def runner(cfg, out, ack):
     saved = _quiet([1, 2])
     try:
         sys.path[:0] = cfg["sys_path"]
-        info = _warm(cfg["preload"], cfg.get("start_backend", True))
+        info = _warm(cfg["preload"], cfg.get("warm_jit", True))
         lib = None
         if cfg["seccomp"]:
             lib = load_libseccomp()

@@ -141,7 +141,8 @@ class Sandbox:
                     f"{r['tier']}: {r.get('error')}" for r in report)
                 self._probe_failed = (time.monotonic(), why)
                 raise SandboxFault(why)
-            log.info("sandbox tier in force: %s (case limits: %s)", self._tier.name, self.limits)
+            log.info("sandbox tier in force: %s (case limits: %s; children: %s)", self._tier.name, self.limits,
+                     self.launcher)
             return self._tier
 
     def status(self) -> dict[str, Any]:

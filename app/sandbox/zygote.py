@@ -286,7 +286,7 @@ class ForkServers:
                 cgroup.set_memory_limit(sb.warm_memory_bytes)  # until the case arms its own limits
                 cgroup.set_task_limit(sb.warm_max_tasks)
             request: dict[str, object] = {"uid": uid, "cfg": {
-                **harness_cfg(sb, profile, seccomp, uid, -1), "sys_path": [], "start_backend": False}}
+                **harness_cfg(sb, profile, seccomp, uid, -1), "sys_path": [], "warm_jit": False}}
             if isolation == "plain":
                 workdir = owned_tempdir(CASE_PREFIX, 0o711)
                 paths = {d: os.path.join(workdir, d) for d in ("work", "home", "tmp")}
