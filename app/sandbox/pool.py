@@ -91,7 +91,7 @@ class Sandbox:
     def launcher(self) -> str:
         """How children of the tier in force start: ``forkserver`` or ``exec`` (see zygote.py)."""
         tier, plan = self._tier, self._plan
-        if tier is None or plan is None or not self._forkservers.usable(plan, tier.isolation, tier.seccomp):
+        if tier is None or plan is None or not self._forkservers.serving(plan, tier.isolation, tier.seccomp):
             return "exec"
         return "forkserver"
 

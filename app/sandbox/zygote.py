@@ -225,6 +225,15 @@ class ForkServers:
         return (self.sb.launcher == "forkserver" and plan.is_root
                 and (isolation == "plain" or (seccomp and "bwrap" in plan.tools)))
 
+    def serving(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
+        """Usable, and no zygote of the tier failed to start lately (cases then start interpreters)."""
+        if not self.usable(plan, isolation, seccomp):
+            return False
+        now = time.monotonic()
+        with self._lock:
+            return not any(key[:2] == (isolation, seccomp) and now - when < _RETRY_AFTER_SECONDS
+                           for key, when in self._failed.items())
+
     def _zygote(self, plan: Plan, isolation: str, seccomp: bool, profile: str) -> Zygote | None:
         key = (isolation, seccomp, profile)
         with self._lock:
