@@ -113,8 +113,9 @@ class SandboxSettings(BaseModel):
     host_devices: int = Field(8, gt=0)  # CPU devices JAX sees in the child
     warm_pool_size: int = Field(2, ge=0)  # per preload profile
     start_timeout_seconds: float = Field(60.0, gt=0)
-    # Cases of one submission run side by side; 0: as many as the CPUs this process may use, so
-    # that one worker grading one submission keeps every core it is given busy.
+    # Cases of one submission run side by side; 0: twice the CPUs this process may use, so that
+    # one worker grading one submission keeps every core it is given busy (a case also spends
+    # time waiting on its set-up, its result and its clean-up in the service).
     max_parallel_cases: int = Field(0, ge=0)
     max_concurrent_cases: int = Field(8, gt=0)  # cases running at once in this process, all grades
     # Dedicated uids (one per live child) when the service runs as root.
@@ -140,8 +141,8 @@ class SandboxSettings(BaseModel):
 
     @property
     def parallel_cases(self) -> int:
-        """MAX_PARALLEL_CASES in force (0 resolved to the CPUs this process may use)."""
-        return self.max_parallel_cases or len(os.sched_getaffinity(0))
+        """MAX_PARALLEL_CASES in force (0 resolved to twice the CPUs this process may use)."""
+        return self.max_parallel_cases or 2 * len(os.sched_getaffinity(0))
 
 
 class ImplSettings(BaseModel):
