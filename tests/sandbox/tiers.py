@@ -67,7 +67,9 @@ def launched_tiers() -> tuple[LaunchedTier, ...]:
     where the fork server serves that tier on this machine."""
     out = []
     for tier in offered_tiers():
-        out.append(LaunchedTier(tier, "exec"))
+        exec_tier = LaunchedTier(tier, "exec")
+        get_sandbox(tier_settings(exec_tier)).tier()  # probed, as the fork server's box is
+        out.append(exec_tier)
         if forked_tier(tier):
             out.append(LaunchedTier(tier, "forkserver"))
     return tuple(out)
