@@ -122,7 +122,10 @@ class SandboxSettings(BaseModel):
     host_devices: int = Field(8, gt=0)  # CPU devices JAX sees in the child
     warm_pool_size: int = Field(2, ge=0)  # per preload profile
     start_timeout_seconds: float = Field(60.0, gt=0)
-    max_parallel_cases: int = Field(2, gt=0)  # cases of one submission run side by side
+    # Cases of one submission run side by side; 0: twice the CPUs this process may use, so that
+    # one worker grading one submission keeps every core it is given busy (a case also spends
+    # time waiting on its set-up, its result and its clean-up in the service).
+    max_parallel_cases: int = Field(0, ge=0)
     max_concurrent_cases: int = Field(8, gt=0)  # cases running at once in this process, all grades
     # Dedicated uids (one per live child) when the service runs as root.
     uid_base: int = Field(610_000, gt=1000)
@@ -140,6 +143,15 @@ class SandboxSettings(BaseModel):
     # The plain tier (no namespaces) is refused at start for a multi-tenant service (tenants
     # file set) unless this is true: its isolation is a uid, rlimits and seccomp only.
     allow_plain: bool = False
+    # How a case's child comes to be: "forkserver" forks it from a process per profile that has
+    # imported numpy/JAX once (used where it keeps every guarantee, see the sandbox docs; elsewhere
+    # interpreters are started as with "exec"); "exec" starts a fresh interpreter per case.
+    launcher: Literal["forkserver", "exec"] = "forkserver"
+
+    @property
+    def parallel_cases(self) -> int:
+        """MAX_PARALLEL_CASES in force (0 resolved to twice the CPUs this process may use)."""
+        return self.max_parallel_cases or 2 * len(os.sched_getaffinity(0))
 
 
 class ImplSettings(BaseModel):

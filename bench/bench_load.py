@@ -1,7 +1,7 @@
 """Load on the distributed setup: a real Redis, the API, RQ workers. 64 concurrent clients post
 a mix of numeric (inline) and impl (queued, waited for) gradings; printed: throughput, p50/p99
 per kind, errors (target: zero). Then the impl throughput with one worker against two, measured
-in the same run (ratio printed).
+in the same run (ratio printed), in grades and in hidden cases per second per core.
 
 Then hostile load: the parent's CPU to read a result of the maximum size and judge it (target
 under 100 ms), and, on one embedded service, an honest impl grade's latency and the numeric p99
@@ -24,6 +24,7 @@ from app.sandbox.executor import CaseRun
 from app.sandbox.launch import Child, read_messages
 from app.settings import SandboxSettings
 from app.tasks.impl import reference
+from app.tasks.impl.exercises import BY_NAME
 from app.tasks.impl.spec import Case
 from app.tasks.synthetic.bank import SyntheticBank
 from bench.loadgen import request_bytes, run_load
@@ -237,7 +238,11 @@ def main(smoke: bool) -> None:
             print(f"   64 clients, 2 workers: {total:,.0f} grades/s in all, errors {sum(x.errors for x in loads)}")
             one = _impl_throughput(url, redis.url, 1, impl_jobs)
             two = _impl_throughput(url, redis.url, 2, impl_jobs)
-            print(f"   impl throughput: 1 worker {one:.2f}/s, 2 workers {two:.2f}/s, ratio {two / one:.2f}")
+            # Per core: one worker may use every CPU of the machine (MAX_PARALLEL_CASES follows them).
+            per_core = BY_NAME[EXERCISE].case_count / (os.cpu_count() or 1)
+            print(f"   impl throughput: 1 worker {one:.2f} grades/s ({one * per_core:.1f} cases/s per core), "
+                  f"2 workers {two:.2f} grades/s ({two * per_core:.1f} cases/s per core), ratio {two / one:.2f} "
+                  f"({os.cpu_count()} CPUs)")
     finally:
         redis.close()
     max_result_read_cost()

@@ -1,15 +1,16 @@
-"""Per-case latency of the warm sandbox pool against a cold ``python -I`` child that imports JAX
-for every case (the baseline, measured in the same run), and sustained throughput.
+"""Implementation grading against the rate at which this machine can start cold interpreters at
+all, measured in the same run: CPUs / (``python -I`` + import numpy) for the numpy profile, CPUs /
+(import JAX + one jit) for the JAX profile.
 
-The case is the reference ``kv_cache_bytes`` solution: the work is trivial, so the figures are the
-sandbox's own overhead. Each figure is printed for the pool without and with a control group per
-case (the hardening that has a switch), so the cost of the hardening shows in the same run; and
-the service's CPU cost of reading a result line of the maximum size, against the former reader.
-Warm latency is measured with a warm child available (the pool is
-allowed to refill between cases); throughput runs cases back to back, two at a time, so the
-refill cost is included. Then, per isolation tier this machine runs (gvisor, bubblewrap, plain),
-the numpy profile's per-case latency from the pool against a child started for the case, and
-throughput."""
+Printed, per profile: honest submissions graded through the API of an embedded service, in cases
+per second, with children forked from the fork server (the default) and with the pool of started
+interpreters (the baseline), and their ratios to the cold-start rate (targets: numpy >= 5x, JAX >=
+3x). Then, directly on the sandbox: the per-case latency of a warm child (numpy p50 target <= 15 ms,
+and the first case after the service sat idle, against the pool), the JAX-case latency against a
+cold interpreter per case (8x target), each with and without a control group per case, and the
+service's CPU cost of reading a result line of the maximum size, against the former reader. Then,
+per isolation tier this machine runs (gvisor, bubblewrap, plain), the numpy profile's per-case
+latency from the pool against a child started for the case, and throughput."""
 
 from __future__ import annotations
 
@@ -24,12 +25,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
+
 from app.sandbox.launch import Child, SandboxFault, max_message_bytes, read_messages
 from app.sandbox.pool import get_sandbox
 from app.settings import SandboxSettings
 from app.tasks.impl import reference
+from app.tasks.impl.exercises import BY_NAME
+from tests.support.server import running_server
 
 ARGS = [8, 8192, 80, 8, 128, 2]
+NUMPY_EXERCISE = "critical_batch_size"
+JAX_EXERCISE = "jax_shard_rows"
+JAX_COLD_PROGRAM = "import jax, jax.numpy as jnp\njax.jit(lambda x: x + 1)(jnp.zeros(8)).block_until_ready()"
 
 
 def _cold_case(source: str) -> float:
@@ -101,7 +109,7 @@ def _latency(box: Any, source: str, expected: int, n: int, profile: str = "jax")
 def _throughput(box: Any, sb: SandboxSettings, source: str, profile: str, n: int) -> tuple[float, int]:
     box.prewarm(profile)
     start = time.perf_counter()
-    with ThreadPoolExecutor(sb.max_parallel_cases) as pool:
+    with ThreadPoolExecutor(sb.parallel_cases) as pool:
         runs = list(pool.map(lambda _: box.run(source, "kv_cache_bytes", ARGS, profile=profile), range(n)))
     return n / (time.perf_counter() - start), sum(r.status == "finished" for r in runs)
 
@@ -128,11 +136,68 @@ def _per_tier(source: str, expected: int, smoke: bool) -> None:
         cold_median = statistics.median(cold)
         warm_median = statistics.median(_latency(warm_box, source, expected, n_latency, "numpy"))
         rate, ok = _throughput(warm_box, warm_box.settings, source, "numpy", n_throughput)
-        print(f"   tier {tier}: cold child per case {cold_median * 1000:.0f} ms, warm pool "
+        print(f"   tier {tier} ({warm_box.launcher}): cold child per case {cold_median * 1000:.0f} ms, warm pool "
               f"{warm_median * 1000:.1f} ms ({cold_median / warm_median:.1f}x faster); throughput "
               f"{rate:.1f} cases/s ({ok}/{n_throughput} finished, refills included)")
         warm_box.shutdown()
         cold_box.shutdown()
+
+
+def _cold_times(program: str, n: int) -> list[float]:
+    """Seconds for each of n cold interpreters running program, one after another."""
+    env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "OPENBLAS_NUM_THREADS": "1",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-I", "-c", program], env=env, check=True, timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _api_rate(launcher: str, exercise: str, grades: int) -> tuple[float, int]:
+    """Honest grades of exercise posted through the API of an embedded service, 8 clients at a
+    time; returns hidden cases graded per second and how many grades earned reward 1."""
+    ex = BY_NAME[exercise]
+    completion = "```python\n" + inspect.getsource(getattr(reference, ex.entry)) + "\n```"
+    env = {"SCALING_GRADER_SANDBOX__LAUNCHER": launcher, "SCALING_GRADER_QUEUE__EMBEDDED_THREADS": "4",
+           "SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "2"}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=300) as client:
+        def grade(i: int) -> float:
+            # A new text each time: an identical submission would be answered from the grade log.
+            body = client.post("/v1/grade", json={"task_id": ex.task_id, "completion": f"{completion}\n# {i}\n",
+                                                  "wait": 300}).json()
+            return float(body.get("reward", -1.0))
+
+        grade(-1)  # start the tier probe, the fork server or the pool
+        grade(-2)
+        start = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            rewards = list(pool.map(grade, range(grades)))
+        elapsed = time.perf_counter() - start
+    return grades * ex.case_count / elapsed, sum(r == 1.0 for r in rewards)
+
+
+def _numpy_latency(box: Any, n: int, idle: float, idles: int) -> tuple[float, float]:
+    """p50 of a trivial numpy case with a warm child ready, and the median of the first case
+    after each of several idle periods."""
+    source = "def f(n):\n    import numpy as np\n    return int(np.arange(n).sum())\n"
+    times = []
+    for _ in range(n):
+        box.prewarm("numpy")
+        start = time.perf_counter()
+        run = box.run(source, "f", [10], profile="numpy")
+        times.append(time.perf_counter() - start)
+        assert ((run.final or {}).get("result") or {}).get("value") == 45, (run.status, run.fault)
+    after_idle = []
+    for _ in range(idles):
+        box.prewarm("numpy")
+        time.sleep(idle)
+        start = time.perf_counter()
+        box.run(source, "f", [10], profile="numpy")
+        after_idle.append(time.perf_counter() - start)
+    return statistics.median(times), statistics.median(after_idle)
 
 
 def main(smoke: bool = False) -> None:
@@ -140,15 +205,51 @@ def main(smoke: bool = False) -> None:
     expected = reference.kv_cache_bytes(*ARGS)
     n_latency = 3 if smoke else 15
     n_throughput = 4 if smoke else 40
+    cpus = os.cpu_count() or 1
+
+    # Throughput through the API against the cold-start rate, per profile. The cold starts are
+    # timed right before and right after that profile's API runs (on a shared machine the load
+    # drifts), and their median is the baseline.
+    grades = {"numpy": (NUMPY_EXERCISE, 4 if smoke else 40), "jax": (JAX_EXERCISE, 2 if smoke else 16)}
+    targets = {"numpy": 5.0, "jax": 3.0}
+    programs = {"numpy": ("python -I + import numpy", "import numpy", 2 if smoke else 6),
+                "jax": ("python -I + import jax + one jit", JAX_COLD_PROGRAM, 1 if smoke else 3)}
+    print(f"   machine: {cpus} CPUs")
+    for profile in ("numpy", "jax"):
+        exercise, n = grades[profile]
+        what, program, n_cold = programs[profile]
+        cold = _cold_times(program, n_cold)
+        api = {launcher: _api_rate(launcher, exercise, n) for launcher in ("forkserver", "exec")}
+        cold += _cold_times(program, n_cold)
+        cold_rate = cpus / statistics.median(cold)
+        print(f"   cold {what}: median {statistics.median(cold) * 1000:.0f} ms over {len(cold)} -> "
+              f"{cold_rate:.2f} per second on {cpus} CPUs")
+        for launcher, label in (("forkserver", "fork server"), ("exec", "pool of started interpreters (baseline)")):
+            rate, ok = api[launcher]
+            ratio = rate / cold_rate
+            verdict = ("meets" if ratio >= targets[profile] else "MISSES") + f" the {targets[profile]:.0f}x target"
+            print(f"   API throughput, {profile} profile ({exercise}), {label}: {rate:.1f} cases/s "
+                  f"({ok}/{n} grades rewarded), {ratio:.2f}x the cold-start rate"
+                  + (f" ({verdict})" if launcher == "forkserver" else ""))
+
     # "before": the per-process rlimits only; "after": a control group per case on top (where
     # the host allows one). The other hardening (the harness as the sandbox's pid 1, the filter
     # from the first fork, read-only /dev and /proc) has no switch; its cost is inside both.
     variants = {"rlimits only": SandboxSettings(warm_pool_size=2, cgroups="off"),
-                "case cgroup": SandboxSettings(warm_pool_size=2)}
+                "case cgroup": SandboxSettings(warm_pool_size=2),
+                "pool baseline": SandboxSettings(warm_pool_size=2, launcher="exec")}
     boxes = {name: get_sandbox(sb) for name, sb in variants.items()}
     after = boxes["case cgroup"]
     tier = after.tier().name
-    print(f"   machine: {os.cpu_count()} CPUs; sandbox tier: {tier}; case limits: {after.limits}")
+    print(f"   sandbox tier: {tier}; case limits: {after.limits}; children: {after.launcher}")
+
+    idle, idles = (0.5, 1) if smoke else (3.0, 5)
+    fork_p50, fork_idle = _numpy_latency(after, n_latency, idle, idles)
+    pool_p50, pool_idle = _numpy_latency(boxes["pool baseline"], n_latency, idle, idles)
+    print(f"   numpy case p50: fork server {fork_p50 * 1000:.1f} ms ({'meets' if fork_p50 <= 0.015 else 'MISSES'} "
+          f"the 15 ms target), pool baseline {pool_p50 * 1000:.1f} ms")
+    print(f"   first numpy case after {idle:.0f} s idle (median of {idles}): fork server {fork_idle * 1000:.1f} ms, "
+          f"pool baseline {pool_idle * 1000:.1f} ms, ratio {fork_idle / pool_idle:.2f} (target <= 1)")
 
     cold = [_cold_case(source) for _ in range(n_latency)]
     cold_median = statistics.median(cold)
@@ -159,7 +260,7 @@ def main(smoke: bool = False) -> None:
         medians[name] = statistics.median(_latency(box, source, expected, n_latency))
         ratio = cold_median / medians[name]
         verdict = "meets" if ratio >= 8 else "MISSES"
-        print(f"   warm pool, {name} ({box.limits}): median {medians[name] * 1000:.1f} ms per case, "
+        print(f"   warm {box.launcher}, {name} ({box.limits}): median {medians[name] * 1000:.1f} ms per case, "
               f"{ratio:.1f}x faster than cold ({verdict} the 8x target)")
     print(f"   per-case overhead of the case cgroup: "
           f"{(medians['case cgroup'] - medians['rlimits only']) * 1000:+.1f} ms at the median")
@@ -169,8 +270,8 @@ def main(smoke: bool = False) -> None:
         for name, box in boxes.items():
             rate, ok = _throughput(box, variants[name], source, profile, n_throughput)
             rates.setdefault(profile, {})[name] = rate
-            print(f"   throughput, {profile} profile, {name}, {variants[name].max_parallel_cases} at a time: "
-                  f"{rate:.1f} cases/s ({ok}/{n_throughput} finished, refills included)")
+            print(f"   throughput, {profile} profile, {name} ({box.launcher}), {variants[name].parallel_cases} "
+                  f"at a time: {rate:.1f} cases/s ({ok}/{n_throughput} finished, refills included)")
         change = rates[profile]["case cgroup"] / rates[profile]["rlimits only"] - 1
         verdict = "within" if change >= -0.10 else "BEYOND"
         print(f"   throughput change with the case cgroup, {profile}: {change * 100:+.1f}% "

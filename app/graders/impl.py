@@ -107,7 +107,7 @@ def grade_source(exercise: Exercise, source: str, *, all_or_nothing: bool, setti
         outcome = box.run(source, exercise.entry, list(case.args), case.kwargs, profile=exercise.profile)
         return assess(case, outcome, exercise.rtol, sb.cpu_seconds, sb.max_result_items), outcome.tier
 
-    with ThreadPoolExecutor(max_workers=min(sb.max_parallel_cases, len(cases))) as pool:
+    with ThreadPoolExecutor(max_workers=min(sb.parallel_cases, len(cases))) as pool:
         ran = list(pool.map(run, cases))
     verdicts = [v for v, _ in ran]
     details["sandbox_tier"] = ",".join(sorted({tier for _, tier in ran}))

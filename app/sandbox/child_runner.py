@@ -33,24 +33,40 @@ def _quiet(fds):
     return saved
 
 
-def _warm(preload):
-    info = {}
-    # The warm part: imported here, once per child, before any candidate code arrives.
+def _import_profile(preload):
+    """The imports of a profile; they start no thread (the fork server relies on it)."""
     if preload in ("numpy", "jax"):
         import numpy  # noqa: F401
     if preload == "jax":
         import jax
-        import jax.numpy as jnp
+        import jax.numpy  # noqa: F401
         from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: F401
 
         try:
             from jax import shard_map
         except ImportError:
             from jax.experimental import shard_map  # noqa: F401
+
+
+def _warm(preload, warm_jit=True):
+    info = {}
+    # The warm part: imported here, once per child, before any candidate code arrives (a no-op in
+    # a fork of the fork server, which imported them already).
+    _import_profile(preload)
+    if preload == "jax":
+        import jax
+        import jax.numpy as jnp
+        from jax._src.array import ArrayImpl
+        from jax.sharding import NamedSharding
+
+        # The backend starts here, before the case: its threads and the address space it maps
+        # (about 1 GiB) are part of the warm state the limits count from, as in a started child.
+        # (A fork server's forks do this themselves: the zygote must not start it.)
         info["devices"] = len(jax.devices())
-        jax.jit(lambda x: x + 1)(jnp.zeros(8)).block_until_ready()
+        if warm_jit:  # a started child also compiles once; a fork leaves that to the case
+            jax.jit(lambda x: x + 1)(jnp.zeros(8)).block_until_ready()
         # The only types whose mesh and spec the encoder reads, fixed before candidate code runs.
-        _JAX_TYPES[:] = [type(jnp.zeros(1)), NamedSharding]
+        _JAX_TYPES[:] = [ArrayImpl, NamedSharding]
     return info
 
 
@@ -171,7 +187,7 @@ def runner(cfg, out, ack):
     saved = _quiet([1, 2])
     try:
         sys.path[:0] = cfg["sys_path"]
-        info = _warm(cfg["preload"])
+        info = _warm(cfg["preload"], cfg.get("warm_jit", True))
         lib = None
         if cfg["seccomp"]:
             lib = load_libseccomp()

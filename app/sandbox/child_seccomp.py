@@ -34,6 +34,9 @@ DENIED_SYSCALLS = (
 _NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 
+_LOADED: list = []  # the loaded library, once
+
+
 class _ArgCmp(ctypes.Structure):
     _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
                 ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
@@ -47,8 +50,11 @@ def load_libseccomp():
     """The libseccomp handle, or None when the library is absent."""
     # The usual soname first: find_library runs ldconfig in a subprocess, which costs a child
     # start-up time for nothing on most hosts.
+    if _LOADED:  # a fork of the fork server inherits the handle its zygote loaded
+        return _LOADED[0]
     lib = None
-    for name in ("libseccomp.so.2", ctypes.util.find_library("seccomp")):
+    for find in (lambda: "libseccomp.so.2", lambda: ctypes.util.find_library("seccomp")):
+        name = find()
         try:
             lib = ctypes.CDLL(name, use_errno=True) if name else None
         except OSError:
@@ -57,6 +63,7 @@ def load_libseccomp():
             break
     if lib is None:
         return None
+    _LOADED.append(lib)
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import selectors
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.sandbox.launch import Child, read_messages, stderr_tail
+from app.sandbox.launch import Child, kill_child, read_messages, stderr_tail
 
 if TYPE_CHECKING:
     from app.settings import SandboxSettings
@@ -171,8 +170,5 @@ def run_in_child(child: Child, request: bytes, sb: SandboxSettings) -> CaseRun:
     run.stderr = out["stderr"].decode(errors="replace")
     if run.status in ("timeout", "output_limit"):
         # Stop it now rather than in destroy(): the verdict should not wait on a busy child.
-        try:
-            os.killpg(child.popen.pid, signal.SIGKILL)
-        except OSError:
-            child.popen.kill()
+        kill_child(child)
     return run

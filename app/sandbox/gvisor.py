@@ -32,10 +32,10 @@ from app.sandbox.launch import (
     SANDBOX_UID,
     Child,
     SandboxFault,
+    child_env,
     harness_source,
     max_message_bytes,
-    sandbox_env,
-    track,
+    register,
 )
 from app.sandbox.oci import RESULT_DIR, bundle_config, make_root, read_only_binds
 from app.sandbox.owners import CASE_PREFIX, STAGE_PREFIX, owned_tempdir
@@ -186,7 +186,7 @@ def spawn_gvisor(plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
         cfg = json.dumps(_harness_config(sb, seccomp, profile))
         args = [plan.python, "-I", "-S", "-B", "-c", harness_source(), cfg]
         config = bundle_config(plan, sb, rootfs=_rootfs(plan), result_dir=channel, args=args,
-                               env=sandbox_env(sb, "/tmp", "/tmp"), cwd="/tmp")
+                               env=child_env(sb, "/tmp", "/tmp"), cwd="/tmp")
         with open(os.path.join(bundle, "config.json"), "w") as out:
             json.dump(config, out)
         if cgroups is not None:
@@ -229,5 +229,5 @@ def spawn_gvisor(plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
         os.set_blocking(f.fileno(), False)
     child = Child(popen, conn.detach(), "gvisor", seccomp, profile, None, casedir, time.monotonic(), cgroup,
                   max_message_bytes(sb), teardown=teardown, extra_tasks=SENTRY_TASKS)
-    track(child)
+    register(child)
     return child

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from app.sandbox.cgroups import CaseCgroup, CgroupHost
 from app.sandbox.leftovers import remove_leftovers_of
@@ -57,14 +57,38 @@ class SandboxFault(Exception):
     """The sandbox itself failed (a child could not start or died before candidate code)."""
 
 
+_HARNESS_PARTS = ("child_seccomp.py", "child_values.py", "child_runner.py", "child_harness.py")
+
+
 @cache
 def harness_source() -> str:
     here = Path(__file__).parent
-    parts = ("child_seccomp.py", "child_values.py", "child_runner.py", "child_harness.py")
     # The deny-list goes on before main() forks the reporter and the runner: no process of the
     # sandbox ever runs without it (the runner adds it once more before the candidate runs).
     program = "open_result_socket_first()\narm_seccomp_first()\nmain()\n"
-    return "\n".join([*((here / name).read_text() for name in parts), program])
+    return "\n".join([*((here / name).read_text() for name in _HARNESS_PARTS), program])
+
+
+@cache
+def zygote_source() -> str:
+    """The fork server's program: the harness with the zygote loop as its entry point."""
+    here = Path(__file__).parent
+    parts = (*_HARNESS_PARTS, "child_zygote.py")
+    return "\n".join([*((here / name).read_text() for name in parts), "zygote_main()\n"])
+
+
+def harness_cfg(sb: SandboxSettings, profile: str, seccomp: bool, uid: int | None, result_fd: int) -> dict[str, Any]:
+    """What the harness of one child is told (as its argv[1])."""
+    return {
+        "result_fd": result_fd,
+        "preload": profile,
+        "seccomp": seccomp,
+        "python_guards": sb.python_guards,
+        "dedicated_uid": uid is not None,
+        "reap_all": uid is not None,
+        "max_result_bytes": sb.max_result_bytes,
+        "max_result_items": sb.max_result_items,
+    }
 
 
 def max_message_bytes(sb: SandboxSettings) -> int:
@@ -72,9 +96,26 @@ def max_message_bytes(sb: SandboxSettings) -> int:
     return _MESSAGE_EXPANSION * sb.max_result_bytes + (1 << 16)
 
 
+class Process(Protocol):
+    """What the service holds of a child's first process: a started ``subprocess.Popen``, or a
+    fork of the fork server (zygote.ForkedProcess)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stdin(self) -> IO[bytes] | None: ...
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+    @property
+    def stderr(self) -> IO[bytes] | None: ...
+    def poll(self) -> int | None: ...
+    def kill(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass(eq=False)
 class Child:
-    popen: subprocess.Popen[bytes]
+    popen: Process
     result_fd: int
     tier: str
     seccomp: bool
@@ -93,9 +134,10 @@ class Child:
     # here; host tasks such a tier needs beyond the case's own count (its kernel's threads).
     teardown: Callable[[], dict[str, Any]] | None = None
     extra_tasks: int = 0
+    forked: bool = False  # forked by a fork server (zygote.py) rather than started
 
 
-def sandbox_env(sb: SandboxSettings, home: str, tmp: str) -> dict[str, str]:
+def child_env(sb: SandboxSettings, home: str, tmp: str) -> dict[str, str]:
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": home,
@@ -113,9 +155,18 @@ def sandbox_env(sb: SandboxSettings, home: str, tmp: str) -> dict[str, str]:
 
 
 def _drop_privileges_prefix(plan: Plan, uid: int, cgroup: CaseCgroup | None) -> list[str]:
-    tools = plan.tools
-    if "setpriv" not in tools or ((plan.staged or cgroup) and not {"unshare", "sh"} <= tools.keys()):
+    if "setpriv" not in plan.tools:
         raise SandboxFault("running as root needs util-linux setpriv (and unshare) to drop privileges")
+    return [*launcher_prefix(plan, cgroup),
+            plan.tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+
+
+def launcher_prefix(plan: Plan, cgroup: CaseCgroup | None) -> list[str]:
+    """Root only: join cgroup and mount the staged paths (in a private mount namespace) before
+    the rest of the command line runs; empty when there is neither."""
+    tools = plan.tools
+    if (plan.staged or cgroup) and not {"unshare", "sh"} <= tools.keys():
+        raise SandboxFault("running as root needs util-linux unshare to stage the interpreter")
     argv: list[str] = []
     if plan.staged or cgroup:
         if plan.staged:
@@ -125,20 +176,33 @@ def _drop_privileges_prefix(plan: Plan, uid: int, cgroup: CaseCgroup | None) -> 
         for source, point in plan.staged.items():
             argv += [source, point]
         argv.append("--")
-    argv += [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     return argv
 
 
-def _bwrap_argv(plan: Plan, sb: SandboxSettings) -> list[str]:
+def bwrap_argv(plan: Plan, sb: SandboxSettings, *, zygote: bool = False) -> list[str]:
+    """bubblewrap's command line for a child, or (zygote) for a fork server: the same view of
+    the filesystem, but real root with the few capabilities it needs to give each fork its own
+    namespaces, mounts and uid (see child_zygote.py); no user namespace, so that each fork can
+    run under its own dedicated uid of the host."""
     if "bwrap" not in plan.tools:
         raise SandboxFault("bubblewrap is not installed")
-    argv = [
+    argv = [plan.tools["bwrap"], "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--as-pid-1", "--hostname", "sandbox"]
+    if zygote:
+        for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_CHOWN"):
+            argv += ["--cap-add", cap]
+    else:
         # --as-pid-1: the harness's reporter is the namespace's init, not a reaper of
         # bubblewrap's that would run outside the filter and the limits. --disable-userns: no
         # nested user namespace, even where seccomp is off.
-        plan.tools["bwrap"], "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1",
-        "--disable-userns", "--hostname", "sandbox", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-    ]
+        argv += ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    if zygote:
+        # Run as root, bubblewrap makes the directories that hold the mountpoints 0700; the
+        # forks' dedicated uids must traverse them.
+        targets = [*(b.target for b in plan.system_binds), plan.prefix, *(b.target for b in plan.site_binds)]
+        parents = {str(p) for t in targets for p in Path(t).parents if str(p) != "/"}
+        for d in sorted(parents, key=lambda p: p.count("/")):
+            argv += ["--perms", "0755", "--dir", d]
     for b in plan.system_binds:
         argv += ["--ro-bind", b.source, b.target]
     for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64"), ("/bin", "usr/bin")):
@@ -155,9 +219,10 @@ def _bwrap_argv(plan: Plan, sb: SandboxSettings) -> list[str]:
         "--dev", "/dev", "--perms", "1777", "--size", str(sb.shm_bytes), "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev",
         "--perms", "1777", "--size", str(sb.tmpfs_bytes), "--tmpfs", "/tmp",
-        "--dir", "/tmp/work", "--dir", "/tmp/home", "--chdir", "/tmp/work",
-        "--remount-ro", "/", "--",
     ]
+    if not zygote:  # a fork server's forks mount /tmp afresh and make these themselves
+        argv += ["--dir", "/tmp/work", "--dir", "/tmp/home", "--chdir", "/tmp/work"]
+    argv += ["--remount-ro", "/", "--"]
     return argv
 
 
@@ -171,16 +236,7 @@ def spawn(
     cgroup = None
     read_end, write_end = os.pipe()
     try:
-        cfg: dict[str, Any] = {
-            "result_fd": write_end,
-            "preload": profile,
-            "seccomp": seccomp,
-            "python_guards": sb.python_guards,
-            "dedicated_uid": uid is not None,
-            "reap_all": uid is not None,
-            "max_result_bytes": sb.max_result_bytes,
-            "max_result_items": sb.max_result_items,
-        }
+        cfg = harness_cfg(sb, profile, seccomp, uid, write_end)
         if cgroups is not None and uid is not None:
             cgroup = cgroups.create()
             cgroup.set_memory_limit(sb.warm_memory_bytes)  # until the case arms its own limits
@@ -188,8 +244,8 @@ def spawn(
         prefix = _drop_privileges_prefix(plan, uid, cgroup) if uid is not None else []
         if tier == "bubblewrap":
             cfg["sys_path"] = [SITE_IN_SANDBOX]
-            env = sandbox_env(sb, "/tmp/home", "/tmp")
-            argv = [*prefix, *_bwrap_argv(plan, sb), plan.python]
+            env = child_env(sb, "/tmp/home", "/tmp")
+            argv = [*prefix, *bwrap_argv(plan, sb), plan.python]
             cwd = None
         else:
             cfg["sys_path"] = [plan.visible(d) for d in plan.site_dirs]
@@ -201,7 +257,7 @@ def spawn(
                 os.mkdir(d, 0o700)
                 if uid is not None:
                     os.chown(d, uid, uid)
-            env = sandbox_env(sb, home, tmp)
+            env = child_env(sb, home, tmp)
             argv = [*prefix, plan.visible(plan.python)]
         argv += ["-I", "-S", "-B", "-c", harness_source(), json.dumps(cfg)]
         popen = subprocess.Popen(
@@ -224,14 +280,25 @@ def spawn(
         os.set_blocking(f.fileno(), False)
     child = Child(popen, read_end, tier, seccomp, profile, uid, workdir, time.monotonic(), cgroup,
                   max_message_bytes(sb))
-    track(child)
+    register(child)
     return child
 
 
-def track(child: Child) -> None:
-    """Count child among those destroyed at stop (destroy_all)."""
+def register(child: Child) -> None:
+    """Track a live child, to be destroyed at stop if nothing else does."""
     with _live_lock:
         _live.add(child)
+
+
+def kill_child(child: Child) -> None:
+    """Kill a child's first process, and its whole process group where the service started it
+    (a fork server's fork is killed through its pidfd alone: its pid is not the service's to
+    signal once the fork server has reaped it; namespace, control group and uid take the rest)."""
+    if isinstance(child.popen, subprocess.Popen):
+        with contextlib.suppress(OSError):
+            os.killpg(child.popen.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        child.popen.kill()
 
 
 def _parse_line(line: bytes) -> dict[str, Any]:
@@ -321,12 +388,11 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
     with _live_lock:
         _live.discard(child)
     facts: dict[str, Any] = child.teardown() if child.teardown is not None else {}
-    with contextlib.suppress(OSError):
-        os.killpg(child.popen.pid, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        child.popen.kill()
+    kill_child(child)
+    exited = False
     with contextlib.suppress(subprocess.TimeoutExpired):
         child.popen.wait(timeout=10)
+        exited = True
     for f in (child.popen.stdin, child.popen.stdout, child.popen.stderr):
         with contextlib.suppress(OSError):
             if f is not None:
@@ -340,7 +406,9 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
     if child.uid is not None:
         # Even after the group is gone a killed task may still be exiting: the uid goes back to
         # the pool only when /proc shows none of its processes (one scan when all is quiet).
-        gone = reap_uid(child.uid)
+        # A forked bubblewrap child's leader exits only after the case's pid 1, whose exit
+        # empties the pid namespace every process of the case is in: nothing can be left.
+        gone = (child.forked and child.tier == "bubblewrap" and exited) or reap_uid(child.uid)
         if child.tier == "plain":
             facts["left_behind"] = remove_leftovers_of(child.uid)
         if uids is not None and gone:

@@ -24,6 +24,7 @@ from app.sandbox.owners import remove_stale_dirs
 from app.sandbox.plan import Plan, build_plan
 from app.sandbox.tier_order import auto_tiers
 from app.sandbox.uids import UidPool, shared_uid_pool
+from app.sandbox.zygote import ForkServers
 
 if TYPE_CHECKING:
     from app.settings import SandboxSettings
@@ -65,6 +66,7 @@ class Sandbox:
         self._starting: dict[str, int] = {}
         self._closed = False
         self._refiller: threading.Thread | None = None
+        self._forkservers = ForkServers(sb)
         # However many grades run at once, the host runs at most this many cases.
         self._slots = threading.BoundedSemaphore(sb.max_concurrent_cases)
 
@@ -87,14 +89,27 @@ class Sandbox:
         """What bounds a case as a whole: a control group per case, or per-process rlimits."""
         return self._cgroups.name if self._cgroups is not None else "rlimits"
 
+    @property
+    def launcher(self) -> str:
+        """How children of the tier in force start: ``forkserver`` or ``exec`` (see zygote.py)."""
+        tier, plan = self._tier, self._plan
+        if tier is None or plan is None or not self._forkservers.serving(plan, tier.isolation, tier.seccomp):
+            return "exec"
+        return "forkserver"
+
     def _spawn(self, tier: Tier, profile: str) -> Child:
         plan = self._ensure_plan()
         if tier.isolation == "gvisor":
             return spawn_gvisor(plan, self.settings, tier.seccomp, profile, self._cgroups)
+        forked = self._forkservers.spawn(plan, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
+        if forked is not None:
+            return forked
         return spawn(plan, self.settings, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
 
     def _probe_one(self, tier: Tier) -> None:
-        child = self._spawn(tier, "bare")
+        # Always a started interpreter: the probe is what shows that the tier works on this host.
+        plan = self._ensure_plan()
+        child = spawn(plan, self.settings, tier.isolation, tier.seccomp, "bare", self._uids, self._cgroups)
         try:
             wait_ready(child, self.settings.start_timeout_seconds)
             request = case_request(_PROBE_SOURCE, "probe", [6, 7], {}, self.settings)
@@ -130,7 +145,8 @@ class Sandbox:
                     f"{r['tier']}: {r.get('error')}" for r in report)
                 self._probe_failed = (time.monotonic(), why)
                 raise SandboxFault(why)
-            log.info("sandbox tier in force: %s (case limits: %s)", self._tier.name, self.limits)
+            log.info("sandbox tier in force: %s (case limits: %s; children: %s)", self._tier.name, self.limits,
+                     self.launcher)
             return self._tier
 
     def status(self) -> dict[str, Any]:
@@ -141,7 +157,8 @@ class Sandbox:
             tier, ok = None, False
         with self._lock:
             warm = {p: len(q) for p, q in self._warm.items()}
-        return {"ok": ok, "tier": tier, "limits": self.limits, "probes": list(self._probe_report), "warm": warm}
+        return {"ok": ok, "tier": tier, "limits": self.limits, "launcher": self.launcher,
+                "probes": list(self._probe_report), "warm": warm}
 
     # ------------------------------------------------------------------ warm pool
 
@@ -255,6 +272,7 @@ class Sandbox:
                 facts = destroy(child, self._uids)
             run.extra.update(facts)
             run.extra["uid"] = child.uid
+            run.extra["launcher"] = "forkserver" if child.forked else "exec"
             if run.status != "sandbox_fault":
                 break
             log.warning("sandbox fault, retrying the case once: %s", run.fault)
@@ -270,6 +288,7 @@ class Sandbox:
         for child in children:
             with contextlib.suppress(Exception):
                 destroy(child, self._uids)
+        self._forkservers.stop()
         if self._plan is not None:
             self._plan.cleanup()
 

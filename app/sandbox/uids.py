@@ -13,6 +13,10 @@ from pathlib import Path
 # worker): a uid is held through an exclusive flock on its file here, which the kernel drops
 # if the holder dies, so a killed worker's uids come back by themselves.
 LOCK_DIR = Path("/run/scaling-grader/uids")
+# Written into a uid's lock file by the holder that gave it back after seeing every process of
+# it gone; any other content (a holder that died with the uid in use) means /proc must be
+# searched for processes still running under it before the uid is handed out again.
+_CLEAN = b"clean"
 
 
 class UidPool:
@@ -30,9 +34,12 @@ class UidPool:
         except BlockingIOError:  # another process on this host uses it now
             os.close(fd)
             return False
-        if processes_of(uid):  # left running by a holder that died: not free yet
+        clean = os.pread(fd, len(_CLEAN) + 1, 0) == _CLEAN
+        # (a search of /proc costs milliseconds per child, tens of them on a busy host)
+        if not clean and processes_of(uid):  # left running by a holder that died: not free yet
             os.close(fd)
             return False
+        os.ftruncate(fd, 0)  # in use from now on, until given back clean
         self._held[uid] = fd
         return True
 
@@ -51,6 +58,7 @@ class UidPool:
         with self._lock:
             fd = self._held.pop(uid, None)
             if fd is not None:
+                os.pwrite(fd, _CLEAN, 0)
                 os.close(fd)
             self._free.insert(0, uid)
 

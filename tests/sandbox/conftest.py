@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.tiers import offered_tiers
+from tests.sandbox.tiers import fork_tiers, launched_tiers
 
 
 @dataclass
@@ -62,9 +62,12 @@ def targets() -> Iterator[Targets]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Each tier twice where the fork server serves it: children started, and children forked.
     if "tier" in metafunc.fixturenames:
-        metafunc.parametrize("tier", offered_tiers())
+        metafunc.parametrize("tier", launched_tiers(), ids=lambda t: t.id)
     if "os_tier" in metafunc.fixturenames:
         # Tiers that hold without the Python-level guards: the OS layers alone must contain
         # the attacks there (the plain tier without seccomp relies on the guards for some).
-        metafunc.parametrize("os_tier", [t for t in offered_tiers() if t != "plain"])
+        metafunc.parametrize("os_tier", [t for t in launched_tiers() if t != "plain"], ids=lambda t: t.id)
+    if "fork_tier" in metafunc.fixturenames:
+        metafunc.parametrize("fork_tier", fork_tiers(), ids=lambda t: t.id)

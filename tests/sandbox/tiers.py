@@ -25,9 +25,25 @@ ALL_TIERS = ("gvisor+seccomp", "gvisor", "bubblewrap+seccomp", "bubblewrap", "pl
 PRIVATE_TIERS = ("gvisor", "bubblewrap")
 
 
+class LaunchedTier(str):
+    """A tier's name (what the suites compare and print) that also says how its children start:
+    ``exec`` (a fresh interpreter per case) or ``forkserver`` (forked from a zygote)."""
+
+    launcher: str
+
+    def __new__(cls, name: str, launcher: str) -> LaunchedTier:
+        tier = super().__new__(cls, name)
+        tier.launcher = launcher
+        return tier
+
+    @property
+    def id(self) -> str:
+        return f"{self}-{self.launcher}"
+
+
 def tier_settings(tier: str, *, guards: bool = True, **overrides: object) -> SandboxSettings:
     isolation, _, extra = tier.partition("+")
-    fields = {**SHORT_LIMITS, **overrides}
+    fields = {"launcher": getattr(tier, "launcher", "forkserver"), **SHORT_LIMITS, **overrides}
     return SandboxSettings(
         tier=isolation, seccomp="require" if extra == "seccomp" else "off",
         python_guards=guards, **fields,  # type: ignore[arg-type]
@@ -45,6 +61,30 @@ def offered_tiers() -> tuple[str, ...]:
             continue
         offered.append(tier)
     return tuple(offered)
+
+
+@functools.cache
+def launched_tiers() -> tuple[LaunchedTier, ...]:
+    """Every offered tier with a fresh interpreter per case, and again forked from a zygote
+    where the fork server serves that tier on this machine."""
+    out = []
+    for tier in offered_tiers():
+        exec_tier = LaunchedTier(tier, "exec")
+        get_sandbox(tier_settings(exec_tier)).tier()  # probed, as the fork server's box is
+        out.append(exec_tier)
+        if forked_tier(tier):
+            out.append(LaunchedTier(tier, "forkserver"))
+    return tuple(out)
+
+
+def forked_tier(tier: str) -> bool:
+    box = get_sandbox(tier_settings(LaunchedTier(tier, "forkserver")))
+    box.tier()
+    return box.launcher == "forkserver"
+
+
+def fork_tiers() -> tuple[LaunchedTier, ...]:
+    return tuple(t for t in launched_tiers() if t.launcher == "forkserver")
 
 
 def box_for(tier: str, *, guards: bool = True) -> Sandbox:

@@ -1,0 +1,355 @@
+"""Children forked from a fork server ("zygote") instead of started as fresh interpreters.
+
+One zygote per tier and profile has imported numpy (and JAX, without starting its backend) once;
+each child is a fork of it that no other case ran in, set up by child_zygote.py with its own
+namespaces, private /tmp and /dev/shm, control group, dedicated uid, rlimits and seccomp filter,
+and then running the same harness (reporter and runner) as a started child. The rest of the
+sandbox (pool, executor, destroy) treats it like any other child.
+
+Used only where that holds every guarantee of the started child: the service is root (each fork
+runs under a dedicated uid of the host, so the zygote, which stays root, is out of its reach),
+and, in the bubblewrap tier, seccomp is in force (it refuses nested user namespaces, which the
+started child refuses with bubblewrap's --disable-userns). Elsewhere ``ForkServers.spawn``
+returns None and the pool starts interpreters as before."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO, TYPE_CHECKING
+
+from app.sandbox.cgroups import CaseCgroup, CgroupHost
+from app.sandbox.launch import (
+    Child,
+    SandboxFault,
+    bwrap_argv,
+    child_env,
+    harness_cfg,
+    launcher_prefix,
+    max_message_bytes,
+    register,
+    zygote_source,
+)
+from app.sandbox.owners import CASE_PREFIX, owned_tempdir
+from app.sandbox.plan import SITE_IN_SANDBOX, Plan
+from app.sandbox.uids import UidPool
+
+if TYPE_CHECKING:
+    from app.settings import SandboxSettings
+
+log = logging.getLogger(__name__)
+_RETRY_AFTER_SECONDS = 30.0  # a zygote that failed to start is tried again after this long
+_REPLY_TIMEOUT = 10.0
+
+
+class ForkedProcess:
+    """A case leader forked by a zygote: not the service's child, so it is watched and killed
+    through a pidfd, which always means this process, never a later one with its pid."""
+
+    # A bubblewrap-tier leader asked to stop kills the case's pid 1 and waits until the namespace
+    # is empty; if it has not exited after this long, it is killed outright.
+    _GRACE_SECONDS = 2.0
+
+    def __init__(self, pidfd: int, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes], *,
+                 stop_signal: int = signal.SIGKILL) -> None:
+        self.pidfd = pidfd
+        self.stop_signal = stop_signal
+        self.pid = _pid_of(pidfd)
+        self.stdin: IO[bytes] | None = stdin
+        self.stdout: IO[bytes] | None = stdout
+        self.stderr: IO[bytes] | None = stderr
+        self.returncode: int | None = None
+
+    def _exited(self, timeout: float | None) -> bool:
+        if self.returncode is not None:
+            return True
+        ready, _, _ = select.select([self.pidfd], [], [], timeout)
+        if ready:
+            self.returncode = -signal.SIGKILL  # its status is the zygote's to collect
+            os.close(self.pidfd)
+        return bool(ready)
+
+    def poll(self) -> int | None:
+        return self.returncode if self._exited(0) else None
+
+    def _signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.pidfd, sig)
+
+    def kill(self) -> None:
+        self._signal(self.stop_signal)
+
+    def wait(self, timeout: float | None = None) -> int:
+        grace = self._GRACE_SECONDS if timeout is None else min(timeout, self._GRACE_SECONDS)
+        if not self._exited(grace):
+            self._signal(signal.SIGKILL)
+            rest = None if timeout is None else max(timeout - grace, 0.0)
+            if not self._exited(rest):
+                raise subprocess.TimeoutExpired("case leader", timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+
+def _pid_of(pidfd: int) -> int:
+    """The process's pid as this service sees it (the zygote may sit in another pid namespace)."""
+    with open(f"/proc/self/fdinfo/{pidfd}") as f:
+        for line in f:
+            if line.startswith("Pid:"):
+                return int(line.split()[1])
+    raise SandboxFault("the kernel does not report a pidfd's process")
+
+
+class Zygote:
+    """One fork server: a long-lived process of the given tier and profile."""
+
+    def __init__(self, plan: Plan, sb: SandboxSettings, isolation: str, seccomp: bool, profile: str) -> None:
+        self.plan, self.sb = plan, sb
+        self.isolation, self.seccomp, self.profile = isolation, seccomp, profile
+        self._lock = threading.Lock()  # one request at a time on the control socket
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.control = ours
+        cfg = {
+            "control_fd": theirs.fileno(),
+            "isolation": isolation,
+            "preload": profile,
+            "seccomp": seccomp,
+            "tmpfs_bytes": sb.tmpfs_bytes,
+            "shm_bytes": sb.shm_bytes,
+            "sys_path": self.sys_path,
+        }
+        prefix = launcher_prefix(plan, None)
+        if isolation == "bubblewrap":
+            argv = [*prefix, *bwrap_argv(plan, sb, zygote=True), plan.python]
+            env = child_env(sb, "/tmp/home", "/tmp")
+        else:
+            argv = [*prefix, plan.visible(plan.python)]
+            env = child_env(sb, "/nonexistent", "/nonexistent")  # each fork sets its own
+        argv += ["-I", "-S", "-B", "-c", zygote_source(), json.dumps(cfg)]
+        try:
+            self.popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                pass_fds=(theirs.fileno(),), cwd="/", env=env, start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        assert self.popen.stderr is not None
+        os.set_blocking(self.popen.stderr.fileno(), False)
+        reply = self._reply(sb.start_timeout_seconds)
+        own = reply.get("pidfd")
+        if reply.get("kind") != "ready" or not isinstance(own, int):
+            self.stop()
+            raise SandboxFault(f"fork server failed to start: {reply.get('error') or self._stderr()}")
+        self.pid = _pid_of(own)  # the zygote's python, as the host sees it
+        os.close(own)
+
+    @property
+    def sys_path(self) -> list[str]:
+        if self.isolation == "bubblewrap":
+            return [SITE_IN_SANDBOX]
+        return [self.plan.visible(d) for d in self.plan.site_dirs]
+
+    def _stderr(self) -> str:
+        try:
+            data = os.read(self.popen.stderr.fileno(), 65536)  # type: ignore[union-attr]
+        except (BlockingIOError, OSError, ValueError):
+            data = b""
+        return data[-500:].decode(errors="replace").strip() or "no message"
+
+    def _reply(self, timeout: float) -> dict[str, object]:
+        ready, _, _ = select.select([self.control], [], [], timeout)
+        if not ready:
+            return {"kind": "failed", "error": f"no answer within {timeout:.0f} s"}
+        try:
+            msg, fds, _, _ = socket.recv_fds(self.control, 4096, 1)
+        except OSError as exc:
+            return {"kind": "failed", "error": str(exc)}
+        if not msg:
+            return {"kind": "failed", "error": "the fork server exited"}
+        reply = json.loads(msg)
+        if fds:
+            reply["pidfd"] = fds[0]
+        return reply
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def fork(self, request: dict[str, object], fds: list[int]) -> int:
+        """A new case leader for request; returns a pidfd of it."""
+        with self._lock:
+            try:
+                socket.send_fds(self.control, [json.dumps(request).encode()], fds)
+            except OSError as exc:
+                raise SandboxFault(f"the fork server is gone: {exc}") from exc
+            reply = self._reply(_REPLY_TIMEOUT)
+        pidfd = reply.get("pidfd")
+        if reply.get("kind") != "forked" or not isinstance(pidfd, int):
+            raise SandboxFault(f"the fork server failed: {reply.get('error') or self._stderr()}")
+        return pidfd
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.control.close()
+        with contextlib.suppress(OSError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # our own child: its pid is still ours
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
+        if self.popen.stderr is not None:
+            self.popen.stderr.close()
+
+
+class ForkServers:
+    """The zygotes of one sandbox, started on first use, restarted when one dies."""
+
+    def __init__(self, sb: SandboxSettings) -> None:
+        self.sb = sb
+        self._zygotes: dict[tuple[str, bool, str], Zygote] = {}
+        self._failed: dict[tuple[str, bool, str], float] = {}
+        self._lock = threading.Lock()
+        # Zygotes are started from this one thread, which lives as long as the sandbox:
+        # bubblewrap's --die-with-parent follows the *thread* that started it, and a grading
+        # thread that happens to need the first child may end right after its grade.
+        self._keeper = ThreadPoolExecutor(1, thread_name_prefix="sandbox-forkserver")
+
+    def usable(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
+        return (self.sb.launcher == "forkserver" and plan.is_root
+                and (isolation == "plain" or (seccomp and "bwrap" in plan.tools)))
+
+    def serving(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
+        """Usable, and no zygote of the tier failed to start lately (cases then start interpreters)."""
+        if not self.usable(plan, isolation, seccomp):
+            return False
+        now = time.monotonic()
+        with self._lock:
+            return not any(key[:2] == (isolation, seccomp) and now - when < _RETRY_AFTER_SECONDS
+                           for key, when in self._failed.items())
+
+    def _zygote(self, plan: Plan, isolation: str, seccomp: bool, profile: str) -> Zygote | None:
+        key = (isolation, seccomp, profile)
+        with self._lock:
+            zygote = self._zygotes.get(key)
+            if zygote is not None and zygote.alive():
+                return zygote
+            if zygote is not None:
+                log.warning("fork server for %s/%s died; starting another", isolation, profile)
+                zygote.stop()
+                del self._zygotes[key]
+            failed = self._failed.get(key)
+            if failed is not None and time.monotonic() - failed < _RETRY_AFTER_SECONDS:
+                return None
+            try:
+                zygote = self._keeper.submit(Zygote, plan, self.sb, isolation, seccomp, profile).result()
+                self._zygotes[key] = zygote
+            except (SandboxFault, OSError, RuntimeError) as exc:
+                self._failed[key] = time.monotonic()
+                log.warning("fork server for %s/%s unavailable, starting interpreters instead: %s",
+                            isolation, profile, exc)
+                return None
+            self._failed.pop(key, None)
+            return zygote
+
+    def spawn(self, plan: Plan, isolation: str, seccomp: bool, profile: str, uids: UidPool | None,
+              cgroups: CgroupHost | None) -> Child | None:
+        """A child forked by the zygote, not yet ready (launch.wait_ready as for any child); None
+        when no zygote can serve this tier (the caller starts an interpreter)."""
+        if not self.usable(plan, isolation, seccomp) or uids is None:
+            return None
+        for attempt in range(2):
+            zygote = self._zygote(plan, isolation, seccomp, profile)
+            if zygote is None:
+                return None
+            try:
+                return self._fork(zygote, isolation, seccomp, profile, uids, cgroups)
+            except SandboxFault:
+                if attempt == 1:
+                    raise
+                with contextlib.suppress(subprocess.TimeoutExpired):  # bubblewrap follows it out
+                    zygote.popen.wait(timeout=0.5)
+                if zygote.alive():
+                    raise
+                # It died (or was killed) since it was last used: once more with a new one.
+        return None
+
+    def _fork(self, zygote: Zygote, isolation: str, seccomp: bool, profile: str, uids: UidPool,
+              cgroups: CgroupHost | None) -> Child:
+        sb = self.sb
+        uid = uids.take()
+        cgroup: CaseCgroup | None = None
+        workdir = None
+        ours: list[int] = []
+        theirs: list[int] = []
+        pidfd = None
+        try:
+            if cgroups is not None:
+                cgroup = cgroups.create()
+                cgroup.set_memory_limit(sb.warm_memory_bytes)  # until the case arms its own limits
+                cgroup.set_task_limit(sb.warm_max_tasks)
+            request: dict[str, object] = {"uid": uid, "cfg": {
+                **harness_cfg(sb, profile, seccomp, uid, -1), "sys_path": [], "warm_jit": False}}
+            if isolation == "plain":
+                workdir = owned_tempdir(CASE_PREFIX, 0o711)
+                paths = {d: os.path.join(workdir, d) for d in ("work", "home", "tmp")}
+                for d in paths.values():
+                    os.mkdir(d, 0o700)
+                    os.chown(d, uid, uid)
+                request.update(cwd=paths["work"], home=paths["home"], tmp=paths["tmp"])
+            for i in range(4):  # stdin (the fork reads it), stdout, stderr, result channel
+                r, w = os.pipe()
+                ours.append(w if i == 0 else r)
+                theirs.append(r if i == 0 else w)
+            pidfd = zygote.fork(request, theirs)
+            process = ForkedProcess(pidfd, os.fdopen(ours[0], "wb"), os.fdopen(ours[1], "rb"),
+                                    os.fdopen(ours[2], "rb"),
+                                    stop_signal=signal.SIGTERM if isolation == "bubblewrap" else signal.SIGKILL)
+            ours = ours[3:]
+            if cgroup is not None:
+                for procs in cgroup.procs_files:  # before it goes on, as a started child's launcher does
+                    with open(procs, "w") as procs_file:
+                        procs_file.write(str(process.pid))
+            assert process.stdin is not None
+            process.stdin.write(b"g")
+            process.stdin.flush()
+        except BaseException:
+            if pidfd is not None:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.close(pidfd)
+            for fd in ours:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if cgroup is not None:
+                cgroup.remove()
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+            uids.give_back(uid)
+            raise
+        finally:
+            for fd in theirs:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        for f in (process.stdout, process.stderr):
+            assert f is not None
+            os.set_blocking(f.fileno(), False)
+        child = Child(process, ours[0], isolation, seccomp, profile, uid, workdir, time.monotonic(), cgroup,
+                      max_message_bytes(sb), forked=True)
+        register(child)
+        return child
+
+    def stop(self) -> None:
+        with self._lock:
+            zygotes = list(self._zygotes.values())
+            self._zygotes.clear()
+        for zygote in zygotes:
+            zygote.stop()
+        self._keeper.shutdown(wait=False)

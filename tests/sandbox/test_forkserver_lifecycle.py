@@ -1,0 +1,45 @@
+"""The fork server's life: started on first use from whichever thread needs it, it outlives that
+thread; it is single-threaded; it goes with the sandbox at stop; and the sandbox reports it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from app.sandbox import get_sandbox
+from app.sandbox.zygote import Zygote
+from tests.sandbox.tiers import tier_settings
+
+pytestmark = pytest.mark.slow  # real sandboxes
+
+_HONEST = "def f():\n    import numpy as np\n    return int(np.arange(10).sum())\n"
+
+
+def _zygote_of(box: object) -> Zygote:
+    zygotes = list(box._forkservers._zygotes.values())  # type: ignore[attr-defined]
+    assert len(zygotes) == 1
+    return zygotes[0]
+
+
+def test_a_zygote_started_by_a_short_lived_thread_outlives_it(fork_tier: str) -> None:
+    # A sandbox of its own (distinct settings), so that its first case starts its zygote; no
+    # warm pool, so that the grading thread starts the zygote itself.
+    box = get_sandbox(tier_settings(fork_tier, warm_pool_size=0, wall_seconds=4.0))
+    runs = []
+    grader = threading.Thread(target=lambda: runs.append(box.run(_HONEST, "f", [], profile="numpy")))
+    grader.start()
+    grader.join()
+    zygote = _zygote_of(box)
+    time.sleep(0.5)  # bubblewrap would follow a dead starting thread out within this
+    assert zygote.alive()
+    later = box.run(_HONEST, "f", [], profile="numpy")
+    assert [r.status for r in (*runs, later)] == ["finished", "finished"]
+    assert later.extra["launcher"] == "forkserver" and _zygote_of(box) is zygote
+    with open(f"/proc/{zygote.pid}/status") as f:
+        assert "Threads:\t1\n" in f.read()
+    status = box.status()
+    assert status["launcher"] == "forkserver"
+    box.shutdown()
+    assert not zygote.alive()
