@@ -21,7 +21,8 @@ def probe():
     for pid in os.listdir('/proc'):
         if pid.isdigit():
             try:
-                seen.append(open(f'/proc/{pid}/cmdline', 'rb').read().decode(errors='replace').replace(chr(0), ' ')[:200])
+                line = open(f'/proc/{pid}/cmdline', 'rb').read().decode(errors='replace')
+                seen.append(line.replace(chr(0), ' ')[:200])
             except OSError:
                 pass
     return [os.uname().release, seen, sorted(k for k in os.environ if 'REDIS' in k)]
