@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from app.sandbox import Sandbox
+from app.sandbox.pool import Sandbox
 from app.sandbox.zygote import Zygote
 from tests.sandbox.attacks import code, guarded
 from tests.sandbox.isolation_support import hostile, observed

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.sandbox import get_sandbox
+from app.sandbox.pool import get_sandbox
 from app.sandbox.zygote import Zygote
 from tests.sandbox.tiers import tier_settings
 
