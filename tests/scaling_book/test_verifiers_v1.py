@@ -22,6 +22,10 @@ from tests.support.server import ROOT
 VERSION = "0.4.0"
 VENV = ROOT / ".cache" / f"verifiers-{VERSION}"
 
+# The first test also builds the venv (pip install, allowed 25 minutes below): on a loaded machine
+# that alone outlasts the suite's 300-second default.
+pytestmark = pytest.mark.timeout(1800)
+
 SCRIPT = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
