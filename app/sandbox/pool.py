@@ -98,18 +98,23 @@ class Sandbox:
         return "forkserver"
 
     def _spawn(self, tier: Tier, profile: str) -> Child:
+        """A child forked by the tier's fork server where one serves, else a started one."""
         plan = self._ensure_plan()
-        if tier.isolation == "gvisor":
-            return spawn_gvisor(plan, self.settings, tier.seccomp, profile, self._cgroups)
         forked = self._forkservers.spawn(plan, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
         if forked is not None:
             return forked
+        return self._start(tier, profile)
+
+    def _start(self, tier: Tier, profile: str) -> Child:
+        """A child started for tier (a new interpreter; in the gvisor tier, a new gVisor sandbox)."""
+        plan = self._ensure_plan()
+        if tier.isolation == "gvisor":
+            return spawn_gvisor(plan, self.settings, tier.seccomp, profile, self._cgroups)
         return spawn(plan, self.settings, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
 
     def _probe_one(self, tier: Tier) -> None:
         # Always a started interpreter: the probe is what shows that the tier works on this host.
-        plan = self._ensure_plan()
-        child = spawn(plan, self.settings, tier.isolation, tier.seccomp, "bare", self._uids, self._cgroups)
+        child = self._start(tier, "bare")
         try:
             wait_ready(child, self.settings.start_timeout_seconds)
             request = case_request(_PROBE_SOURCE, "probe", [6, 7], {}, self.settings)

@@ -222,8 +222,11 @@ class ForkServers:
         self._keeper = ThreadPoolExecutor(1, thread_name_prefix="sandbox-forkserver")
 
     def usable(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
-        return (self.sb.launcher == "forkserver" and plan.is_root
-                and (isolation == "plain" or (seccomp and "bwrap" in plan.tools)))
+        # Only the tiers a fork server reproduces: any other (gvisor: a kernel of its own per
+        # case) is never forked, whatever tools the host has.
+        if self.sb.launcher != "forkserver" or not plan.is_root:
+            return False
+        return isolation == "plain" or (isolation == "bubblewrap" and seccomp and "bwrap" in plan.tools)
 
     def serving(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
         """Usable, and no zygote of the tier failed to start lately (cases then start interpreters)."""

@@ -100,3 +100,20 @@ def test_warm_pool_serves_a_case_from_a_sandbox_started_before_it() -> None:
     run = box.run("def f():\n    return 6 * 7\n", "f", [])
     assert observed(run) == 42
     assert set(run.extra["host_pids"]) & started  # its kernel was running before the case came
+
+
+@needs_gvisor
+def test_gvisor_cases_are_never_forked_from_a_host_process() -> None:
+    """The fork server (the default launcher) reproduces the bubblewrap and plain tiers only: a
+    gvisor case is always a sandbox of its own behind gVisor's kernel, never a fork of a zygote
+    that runs on the host's."""
+    box = box_for("gvisor")
+    assert box.settings.launcher == "forkserver"
+    source = code("""
+        import os
+        def attack():
+            return os.uname().release
+        """)
+    run, _ = hostile(box, source)
+    assert observed(run) != os.uname().release
+    assert run.extra["launcher"] == "exec" and box.launcher == "exec"
