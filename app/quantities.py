@@ -254,15 +254,16 @@ def _power(base: float, exponent: int) -> float:
 def _number_value(m: re.Match[str]) -> float:
     """The number a match denotes, in floating point; huge exponents give inf, never a hang
     (an integer power such as 10^99999999 would be computed exactly otherwise)."""
-    if m.group("pbase") is not None:
-        value = _power(float(m.group("pbase")), int(m.group("pexp")))
+    sign, pbase, pexp, mant, sci, texp = m.group("sign", "pbase", "pexp", "mant", "sci", "texp")  # one call
+    if pbase is not None:
+        value = _power(float(pbase), int(pexp))
     else:
-        value = float(m.group("mant").replace(",", ""))
-        if m.group("sci") is not None:
-            value *= _power(10.0, int(m.group("sci")))
-        if m.group("texp") is not None:
-            value *= _power(10.0, int(m.group("texp")))
-    return -value if m.group("sign") else value
+        value = float(mant.replace(",", "") if "," in mant else mant)
+        if sci is not None:
+            value *= _power(10.0, int(sci))
+        if texp is not None:
+            value *= _power(10.0, int(texp))
+    return -value if sign else value
 
 
 Words = tuple[tuple[str, str], ...]  # ((op, canonical word), ...); op "*" or "/"
@@ -302,7 +303,8 @@ _ERROR_TERM = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,4})?%?\s*\)?"
 
 
 def _skip_error_term(text: str, pos: int, *, with_unit: bool) -> int:
-    """Position after a ``± error`` term at ``pos`` (and its unit if ``with_unit``), else ``pos``."""
+    """Position after a ``± error`` term at ``pos`` (and its unit if ``with_unit``), else ``pos``.
+    Called only for a text holding "±" or "+", which every such term starts with."""
     pm = _PLUS_MINUS.match(text, pos)
     if pm is None:
         return pos
@@ -320,10 +322,14 @@ def find_quantities(text: str) -> list[Quantity]:
     text = normalise_text(text)
     found: list[Quantity] = []
     pos = 0
+    # Scans that cannot match are skipped: an error term needs "±" or "+", and every multiplier
+    # word holds an "n" (no other character matches one, even case-insensitively).
+    error_terms = "±" in text or "+" in text
+    multipliers = "n" in text or "N" in text
     while (m := _NUMBER.search(text, pos)) is not None:
         value = _number_value(m)
-        pos = _skip_error_term(text, m.end(), with_unit=False)
-        mult = _MULTIPLIER.match(text, pos)
+        pos = _skip_error_term(text, m.end(), with_unit=False) if error_terms else m.end()
+        mult = _MULTIPLIER.match(text, pos) if multipliers else None
         if mult:
             value *= _MULTIPLIER_WORDS[mult.group(1).lower()]
             pos = mult.end()
@@ -341,7 +347,7 @@ def find_quantities(text: str) -> list[Quantity]:
         else:
             factor, dimension = 1.0, UNREADABLE
         found.append(Quantity(value * factor, dimension, text[m.start() : end].strip()[:_MAX_TEXT]))
-        pos = _skip_error_term(text, end, with_unit=True)
+        pos = _skip_error_term(text, end, with_unit=True) if error_terms else end
     return found
 
 

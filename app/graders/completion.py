@@ -68,6 +68,8 @@ def strip_hidden(text: str) -> str:
 def strip_thinking(completion: str) -> str:
     """The completion without its reasoning trace and hidden comments; empty if the thinking
     never finished (an answer inside an unfinished trace was never committed to)."""
+    if "<" not in completion:  # no tag and no comment can be present: the common case, no scans
+        return completion
     text = strip_hidden(_drop_closed_blocks(completion))
     after = _after_last_close(text)
     if after is not None:
@@ -109,5 +111,7 @@ def prose(text: str) -> str:
     """The text with its inline spans of a fence mark (```x``` within a line, or a mark left open
     on the last line) and then its fenced blocks replaced by spaces: what is left is where a
     committed answer can be."""
+    if "```" not in text and "~~~" not in text:  # both patterns need a mark: nothing to drop
+        return text
     text = _INLINE_SPAN.sub(" ", text)
     return outside(text, fences(text))

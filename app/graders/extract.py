@@ -46,8 +46,13 @@ class Extraction:
 
 
 def strip_non_answers(completion: str) -> str:
-    text = _INLINE_CODE.sub(" ", prose(strip_thinking(completion)))
-    return _STRUCK.sub(" ", _drop_struck_tags(text))
+    text = prose(strip_thinking(completion))
+    # Each pass is skipped when the character its pattern starts with is absent: most answers
+    # have no backtick, tilde or backslash, and a regex pass over them finds nothing.
+    if "`" in text:
+        text = _INLINE_CODE.sub(" ", text)
+    text = _drop_struck_tags(text)
+    return _STRUCK.sub(" ", text) if "~" in text or "\\" in text else text
 
 
 def _drop_struck_tags(text: str) -> str:
@@ -103,6 +108,8 @@ def _last_final_line(text: str) -> tuple[int, str] | None:
 
 
 def _last_boxed(text: str) -> tuple[int, str] | None:
+    if "\\" not in text:  # every box starts with a backslash
+        return None
     end = len(text)
     for m in reversed(list(_BOXED.finditer(text))):
         content = _balanced(text, m.end(), end)

@@ -29,7 +29,11 @@ def relative_error(value: float, gold: float) -> float:
 
 def within(value: float, gold: float, tolerance: float) -> bool:
     """Finite and within the relative tolerance (absolute when the gold is zero)."""
-    err = relative_error(value, gold)
+    return error_within(relative_error(value, gold), tolerance)
+
+
+def error_within(err: float, tolerance: float) -> bool:
+    """``within`` for an error already computed."""
     return math.isfinite(err) and err <= tolerance
 
 
@@ -48,7 +52,7 @@ def match_values(
             used[g.dimension] = k + 1
             q = candidates[k]
             err = relative_error(q.value, g.value)
-            ok = within(q.value, g.value, tolerance)
+            ok = error_within(err, tolerance)
             verdict = ValueVerdict(
                 expected=g.text, expected_si=g.value, dimension=g.dimension, extracted=q.text,
                 extracted_si=q.value, relative_error=err if math.isfinite(err) else None, correct=ok,
