@@ -30,29 +30,26 @@ $(VENV)/.test: pyproject.toml scaling_book/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ./scaling_book
 	touch $@
 
-# The sandbox's isolated tiers: bubblewrap, and runsc (gVisor) for the gvisor tier, installed
-# from Debian's packages when running as root and they are missing.
-sandbox-deps:
+# Installs the Debian packages of the given command:package pairs whose command is missing, when
+# running as root; otherwise says which are missing.
+define install_missing
 	@missing=""; \
-	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
-	command -v runsc >/dev/null 2>&1 || missing="$$missing runsc"; \
+	for pair in $(1); do command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing system packages:$$missing (install them, or run as root)"; fi; \
 	fi
+endef
+
+# The sandbox's isolated tiers: bubblewrap, and runsc (gVisor) for the gvisor tier.
+sandbox-deps:
+	$(call install_missing,bwrap:bubblewrap runsc:runsc)
 
 # Redis (tests start their own servers) and chromium (the status page and API docs are tested in
-# a headless browser), besides the sandbox's, when running as root and they are missing.
+# a headless browser), besides the sandbox's.
 system-deps: sandbox-deps
-	@missing=""; \
-	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
-	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	  else echo "missing system packages:$$missing (install them, or run as root)"; fi; \
-	fi
+	$(call install_missing,redis-server:redis-server chromium:chromium)
 
 serve: sandbox-deps $(VENV)/.serve
 	$(BIN)/scaling-grader serve --host $(HOST) --port $(PORT)

@@ -117,24 +117,12 @@ class CaseCgroup:
 
     def oom_kills(self) -> int:
         """How many processes of the case the kernel killed for memory."""
-        path = self._file("memory", "memory.oom_control", "memory.events")
-        with contextlib.suppress(OSError, ValueError):
-            for line in path.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-        return 0
+        return _event_count(self._file("memory", "memory.oom_control", "memory.events"), "oom_kill")
 
     def failcnt(self) -> int:
         """v1: times the memory limit was hit (a write to tmpfs refused counts too)."""
         if self.version == 2:
-            path = self.dirs[""] / "memory.events"
-            with contextlib.suppress(OSError, ValueError):
-                for line in path.read_text().splitlines():
-                    key, _, value = line.partition(" ")
-                    if key == "max":
-                        return int(value)
-            return 0
+            return _event_count(self.dirs[""] / "memory.events", "max")
         with contextlib.suppress(OSError, ValueError):
             return int((self.dirs["memory"] / "memory.failcnt").read_text())
         return 0
@@ -288,3 +276,13 @@ def close_shared_cgroup_host() -> None:
         host = _shared.pop() if _shared else None
     if host is not None:
         host.close()
+
+
+def _event_count(path: Path, wanted: str) -> int:
+    """The count of one key in a cgroup file of ``key value`` lines (0 when absent or unreadable)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == wanted:
+                return int(value)
+    return 0

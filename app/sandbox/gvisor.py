@@ -33,6 +33,7 @@ from app.sandbox.launch import (
     Child,
     SandboxFault,
     child_env,
+    harness_cfg,
     harness_source,
     max_message_bytes,
     register,
@@ -141,25 +142,22 @@ def _accept(listener: socket.socket, popen: subprocess.Popen[bytes], timeout: fl
 
 
 def _harness_config(sb: SandboxSettings, seccomp: bool, profile: str) -> dict[str, Any]:
-    return {
-        "result_fd": RESULT_FD,
-        "result_socket": f"{RESULT_DIR}/{_SOCKET}",
-        "reporter_uid": REPORTER_UID,
-        "runner_uid": SANDBOX_UID,
-        "preload": profile,
-        "seccomp": seccomp,
-        "python_guards": sb.python_guards,
-        # The runner's uid is this sandbox's alone (its own kernel): RLIMIT_NPROC counts the case.
-        "dedicated_uid": True,
+    """The shared harness config, with what differs behind gVisor's kernel."""
+    # The runner's uid is this sandbox's alone (its own kernel): RLIMIT_NPROC counts the case;
+    # the reporter's uid cannot signal the runner's, and the parent ends the whole sandbox, so
+    # the reporter does not reap.
+    cfg = harness_cfg(sb, profile, seccomp, uid=SANDBOX_UID, result_fd=RESULT_FD)
+    cfg.update(
+        result_socket=f"{RESULT_DIR}/{_SOCKET}",
+        reporter_uid=REPORTER_UID,
+        runner_uid=SANDBOX_UID,
+        reap_all=False,
         # gVisor's kernel refuses a new task once a uid holds *more* than RLIMIT_NPROC (Linux: as
         # many as), so the limit is set one lower for the case to get exactly its allowance.
-        "nproc_margin": -1,
-        # The reporter's uid cannot signal the runner's; the parent ends the whole sandbox.
-        "reap_all": False,
-        "sys_path": [SITE_IN_SANDBOX],
-        "max_result_bytes": sb.max_result_bytes,
-        "max_result_items": sb.max_result_items,
-    }
+        nproc_margin=-1,
+        sys_path=[SITE_IN_SANDBOX],
+    )
+    return cfg
 
 
 def spawn_gvisor(plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
