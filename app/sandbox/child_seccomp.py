@@ -3,8 +3,8 @@
 Stdlib only: this file is concatenated into the harness that runs inside the sandbox. The harness
 installs it first thing, before it forks the reporter and the runner (``arm_seccomp_first``), so
 no process of the sandbox (the bubblewrap tier's pid 1 included) ever runs without it; the runner
-installs it once more immediately before candidate code runs. Nothing the warm-up of numpy or
-JAX needs is on the list."""
+checks with the kernel that it is in force immediately before candidate code runs. Nothing the
+warm-up of numpy or JAX needs is on the list."""
 
 import ctypes
 import ctypes.util
@@ -104,6 +104,11 @@ def install_seccomp(lib):
             raise OSError(-rc, "seccomp_load failed")
     finally:
         lib.seccomp_release(ctx)
+
+
+def seccomp_in_force():
+    """True when the kernel runs a seccomp filter on the calling thread (PR_GET_SECCOMP is 2)."""
+    return ctypes.CDLL(None, use_errno=True).prctl(21, 0, 0, 0, 0) == 2
 
 
 def arm_seccomp_first():

@@ -64,7 +64,7 @@ _HARNESS_PARTS = ("child_seccomp.py", "child_values.py", "child_runner.py", "chi
 def harness_source() -> str:
     here = Path(__file__).parent
     # The deny-list goes on before main() forks the reporter and the runner: no process of the
-    # sandbox ever runs without it (the runner adds it once more before the candidate runs).
+    # sandbox ever runs without it (the runner checks that it is in force before the candidate runs).
     program = "open_result_socket_first()\narm_seccomp_first()\nmain()\n"
     return "\n".join([*((here / name).read_text() for name in _HARNESS_PARTS), program])
 
