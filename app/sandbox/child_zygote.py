@@ -16,7 +16,7 @@ tier the leader itself goes on, in the case's private directories. Either way th
 goes on drops to the case's dedicated uid (no capabilities left), sets no_new_privs and runs the
 harness's ``main()`` exactly as a started child does: seccomp first, then the reporter and the
 runner."""
-# ruff: noqa: F821 - arm_seccomp_first(), main(), _import_profile() and load_libseccomp() come from
+# ruff: noqa: F821 - arm_seccomp_first(), main(), _import_profile(), load_libseccomp() and compile_seccomp() come from
 # earlier parts of the program
 
 import ctypes
@@ -132,8 +132,11 @@ def zygote_main():
     try:
         sys.path[:0] = zcfg["sys_path"]
         _import_profile(zcfg["preload"])
-        if zcfg["seccomp"] and load_libseccomp() is None:
-            raise OSError("libseccomp is not available")
+        if zcfg["seccomp"]:
+            lib = load_libseccomp()
+            if lib is None:
+                raise OSError("libseccomp is not available")
+            compile_seccomp(lib)
         threads = _threads()
         if threads != 1:
             raise OSError(f"the imports started {threads - 1} threads")
