@@ -50,6 +50,13 @@ SLOW_WRONG = completion(
     "    time.sleep(1.0)\n"
     "    return math.ceil(peak_flops / hbm_bandwidth)\n"
 )
+# Right, and each case holds its lane for five seconds: still running when a stop comes.
+HOLDS_RIGHT = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math, time\n"
+    "    time.sleep(5.0)\n"
+    "    return math.ceil(peak_flops * bytes_per_weight / (2 * hbm_bandwidth) - 1e-9)\n"
+)
 # Never returns: each case runs until the sandbox's wall limit ends it.
 HANGS = completion(
     "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
@@ -208,6 +215,35 @@ def test_a_warm_stop_finishes_the_jobs_in_hand_and_takes_no_more(redis_server) -
     (waiting,) = set(job_ids) - set(held)
     assert _rq_job(redis_server, waiting).get_status() == "queued"  # not started after the stop
     assert connection.lrange("rq:queue:impl", 0, -1) == [waiting.encode()]
+
+
+def test_a_cold_stop_leaves_the_jobs_to_another_worker_and_writes_no_result(redis_server) -> None:
+    # The second signal ends the process with cases in flight: a lane must not finish its job with
+    # cut-short cases (a wrong, sandbox_error result); the jobs are re-run elsewhere instead.
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        job_ids = [_submit(client, HOLDS_RIGHT, f"cold-{i}") for i in range(2)]
+        worker = start_worker(redis_server.url, "cold", FAST_QUEUE, jobs=2)
+        survivor = None
+        try:
+            held = _wait_for_holders(redis_server, job_ids, 2)
+            worker.send_signal(signal.SIGTERM)
+            time.sleep(1.5)  # a second signal within a second is taken as the same request
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=30) == 1
+            connection = redis_server.client()
+            assert [connection.get(f"sg:result:{job_id}") for job_id in held] == [None, None]
+            assert Worker.all(connection=connection, serializer=JSONSerializer) == []  # lanes deregistered
+            survivor = start_worker(redis_server.url, "after-cold", FAST_QUEUE, jobs=2)
+            results = _collect(client, job_ids, timeout=180)
+        finally:
+            stop_worker(worker)
+            if survivor is not None:
+                stop_worker(survivor)
+    assert set(results) == set(job_ids)
+    for body in results.values():
+        assert body["status"] == "finished" and body["result"]["reward"] == 1.0, body
+        assert body["result"]["details"]["attempt"] == 2  # begun by the stopped worker, finished by the next
 
 
 def test_the_backstop_deadline_fires_in_a_lane_and_spares_the_other(redis_server) -> None:
