@@ -43,6 +43,7 @@ class Lanes:
         self.workers = list(workers)
         self._stop = threading.Event()
         self._stop_at = 0.0
+        self.failed = False  # a lane ended on its own (not asked to stop, not a finished burst)
 
     def run(self, burst: bool = False) -> None:
         """Work until every lane has stopped (burst: until the queues are empty)."""
@@ -65,10 +66,14 @@ class Lanes:
                 signal.signal(sig, handler)
 
     def _work(self, worker: GradingWorker, burst: bool) -> None:
+        ended_well = False
         try:
             worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+            ended_well = burst or self._stop.is_set()
         finally:
-            if not burst and not self._stop.is_set():
+            if not ended_well:
+                self.failed = True
+            if not ended_well and not self._stop.is_set():
                 # A lane that quit on its own (Redis gone for good, an error in RQ): stop the
                 # others after their jobs too, so the process ends and its supervisor restarts
                 # it whole, instead of running on with fewer lanes than cores.

@@ -171,8 +171,9 @@ def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = Fals
         if sandbox is not None:
             worker.sandbox_tier = sandbox.get("tier") or "unavailable"
         worker.presence = presence.record(worker.name, queues, sandbox, lane=lane, lanes=lanes)
+    lane_set = Lanes(workers)
     try:
-        Lanes(workers).run(burst=burst)
+        lane_set.run(burst=burst)
     finally:  # warm stops come back here; a cold stop ends the process in worker.lanes
         shutdown_all()
-    return 0
+    return 1 if lane_set.failed else 0

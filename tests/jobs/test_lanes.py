@@ -299,3 +299,20 @@ def test_auto_lanes_follow_the_cpus_the_worker_is_given_and_idle_lanes_stop(redi
     finally:
         stop_worker(pinned)
         stop_worker(free)
+
+
+def test_a_lane_that_cannot_start_stops_the_whole_worker(redis_server) -> None:
+    # A second worker under a live worker's name: its first lane is refused by RQ. Running on with
+    # the other lane would hide it; the process stops (non-zero) and leaves nothing registered.
+    first = start_worker(redis_server.url, "dup", FAST_QUEUE, queues="judge", jobs=1)
+    second = None
+    try:
+        assert _lane_count(redis_server, "dup") == 1
+        second = start_worker(redis_server.url, "dup", FAST_QUEUE, queues="judge", jobs=2)
+        assert second.wait(timeout=60) == 1
+        names = {w.name for w in Worker.all(connection=redis_server.client(), serializer=JSONSerializer)}
+        assert names == {"dup"} and first.poll() is None
+    finally:
+        stop_worker(first)
+        if second is not None:
+            stop_worker(second)
