@@ -12,8 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.cpus import available_cpus
+
+CASES_PER_CORE = 4  # the default MAX_CONCURRENT_CASES per core
 
 
 class Tolerances(BaseModel):
@@ -60,6 +64,15 @@ class QueueSettings(BaseModel):
     heartbeat_grace: int = Field(3, gt=0, description="missed-heartbeat seconds before a job is abandoned")
     maintenance_interval: int = Field(2, gt=0, description="how often workers look for abandoned jobs")
     embedded_threads: int = Field(4, gt=0, description="embedded mode: threads grading queued kinds")
+    # Jobs one `scaling-grader worker` process runs at once (its lanes, sharing one sandbox);
+    # 0: the cores the process is given (affinity, cgroup CPU quota), so that one worker per
+    # machine or container keeps every core busy.
+    worker_jobs: int = Field(0, ge=0, description="jobs one worker process runs at once; 0: its cores")
+
+    @property
+    def worker_lanes(self) -> int:
+        """WORKER_JOBS in force (0 resolved to the cores this process is given)."""
+        return self.worker_jobs or available_cpus()
 
 
 class JudgeSettings(BaseModel):
@@ -126,7 +139,10 @@ class SandboxSettings(BaseModel):
     # one worker grading one submission keeps every core it is given busy (a case also spends
     # time waiting on its set-up, its result and its clean-up in the service).
     max_parallel_cases: int = Field(0, ge=0)
-    max_concurrent_cases: int = Field(8, gt=0)  # cases running at once in this process, all grades
+    # Cases running at once in this process, all grades (all of a worker's lanes) together;
+    # 0: four per core this process is given (8 on 2 cores), room for each lane's cases to
+    # overlap their set-up and clean-up with other cases' work.
+    max_concurrent_cases: int = Field(0, ge=0)
     # Dedicated uids (one per live child) when the service runs as root.
     uid_base: int = Field(610_000, gt=1000)
     uid_count: int = Field(4096, gt=0)
@@ -148,10 +164,17 @@ class SandboxSettings(BaseModel):
     # interpreters are started as with "exec"); "exec" starts a fresh interpreter per case.
     launcher: Literal["forkserver", "exec"] = "forkserver"
 
+    @model_validator(mode="after")
+    def _resolve_case_cap(self) -> SandboxSettings:
+        # Resolved here, not where it is used: the sandbox sizes its semaphore from the field.
+        if self.max_concurrent_cases == 0:
+            self.max_concurrent_cases = CASES_PER_CORE * available_cpus()
+        return self
+
     @property
     def parallel_cases(self) -> int:
-        """MAX_PARALLEL_CASES in force (0 resolved to twice the CPUs this process may use)."""
-        return self.max_parallel_cases or 2 * len(os.sched_getaffinity(0))
+        """MAX_PARALLEL_CASES in force (0 resolved to twice the CPUs this process is given)."""
+        return self.max_parallel_cases or 2 * available_cpus()
 
 
 class ImplSettings(BaseModel):

@@ -1,7 +1,11 @@
 """Load on the distributed setup: a real Redis, the API, RQ workers. 64 concurrent clients post
 a mix of numeric (inline) and impl (queued, waited for) gradings; printed: throughput, p50/p99
-per kind, errors (target: zero). Then the impl throughput with one worker against two, measured
-in the same run (ratio printed), in grades and in hidden cases per second per core.
+per kind, errors (target: zero). Then impl throughput in hidden cases per second per core, in the
+same run, for workers arranged on this machine's cores: one worker with one lane (one job at a
+time, as before lanes), one worker with a lane per core (the default), two one-lane workers
+sharing the cores, and two workers pinned to a core each; printed: the ratio of one worker with
+lanes to two one-lane workers (target: at least 1, one worker uses all the cores it is given)
+and to one lane.
 
 Then hostile load: the parent's CPU to read a result of the maximum size and judge it (target
 under 100 ms), and, on one embedded service, an honest impl grade's latency and the numeric p99
@@ -14,8 +18,10 @@ import asyncio
 import inspect
 import json
 import os
+import statistics
 import threading
 import time
+from dataclasses import dataclass
 
 import httpx
 
@@ -46,23 +52,83 @@ def _numeric_bodies() -> list[dict]:
             for t in SyntheticBank().batch(seed=4, n=48)]
 
 
-def _impl_throughput(url: str, redis_url: str, workers: int, jobs: int) -> float:
-    procs = [start_worker(redis_url, f"bench-{workers}-{i}", ENV) for i in range(workers)]
+@dataclass(frozen=True)
+class Arrangement:
+    """Worker processes on this machine: lanes (jobs at once) and pinned CPUs (None: all) of each."""
+
+    label: str
+    workers: tuple[tuple[int, frozenset[int] | None], ...]
+
+    def cores(self, machine: frozenset[int]) -> int:
+        """The cores the arrangement runs on in all (all its workers together)."""
+        used: set[int] = set()
+        for _, cpus in self.workers:
+            used |= cpus if cpus is not None else machine
+        return len(used)
+
+
+def _arrangements(machine: frozenset[int]) -> list[Arrangement]:
+    cores = len(machine)
+    out = [
+        Arrangement(f"1 worker, 1 lane, {cores} cores (before lanes)", ((1, None),)),
+        Arrangement(f"1 worker, {cores} lanes (auto), {cores} cores", ((0, None),)),
+        Arrangement(f"2 workers, 1 lane each, sharing {cores} cores", ((1, None), (1, None))),
+    ]
+    if cores >= 2:  # one worker pinned to each core: lanes auto gives each one lane
+        pinned = tuple((0, frozenset({cpu})) for cpu in sorted(machine)[:2])
+        out.append(Arrangement("2 workers, each pinned to 1 core (lanes auto: 1)", pinned))
+    return out
+
+
+def _grade_all(client: httpx.Client, jobs: int) -> None:
+    ids = [client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": _impl_completion(),
+                                          "wait": 0}).json()["job_id"] for _ in range(jobs)]
+    for job_id in ids:
+        body = client.get(f"/v1/jobs/{job_id}", params={"wait": 300}).json()
+        assert body["status"] == "finished" and body["result"]["reward"] == 1.0, body
+
+
+def _impl_throughput(url: str, redis_url: str, arrangement: Arrangement, jobs: int, tag: str) -> float:
+    """Impl grades per second through the API with the arrangement's workers serving the queue."""
+    procs = []
+    for i, (lanes, cpus) in enumerate(arrangement.workers):
+        pin = (lambda cpus=cpus: os.sched_setaffinity(0, cpus)) if cpus is not None else None
+        procs.append(start_worker(redis_url, f"bench-{tag}-{i}", ENV, jobs=lanes, preexec_fn=pin))
     try:
         with httpx.Client(base_url=url, timeout=300) as client:
-            # warm the workers (pool start, imports) before timing
-            for _ in range(workers * 2):
-                client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": _impl_completion()})
+            _grade_all(client, 4 * len(procs))  # warm every worker (pool start, imports) before timing
             start = time.perf_counter()
-            ids = [client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": _impl_completion(),
-                                                  "wait": 0}).json()["job_id"] for _ in range(jobs)]
-            for job_id in ids:
-                body = client.get(f"/v1/jobs/{job_id}", params={"wait": 300}).json()
-                assert body["status"] == "finished" and body["result"]["reward"] == 1.0, body
+            _grade_all(client, jobs)
             return jobs / (time.perf_counter() - start)
     finally:
         for p in procs:
             stop_worker(p)
+
+
+def impl_scaling(url: str, redis_url: str, jobs: int, rounds: int) -> None:
+    """Impl cases per second per core for each arrangement of workers on this machine's cores.
+    The machine is shared with other work, so the arrangements run back to back in each of
+    `rounds` rounds and the ratios are taken within a round (the arrangements compared saw the
+    same load), then their median across rounds; the rates printed are medians too."""
+    machine = frozenset(os.sched_getaffinity(0))
+    cases = BY_NAME[EXERCISE].case_count  # hidden cases per grade
+    arrangements = _arrangements(machine)
+    per_core: dict[str, list[float]] = {a.label: [] for a in arrangements}
+    for r in range(rounds):
+        for k, arrangement in enumerate(arrangements):
+            rate = _impl_throughput(url, redis_url, arrangement, jobs, f"{r}-{k}")
+            per_core[arrangement.label].append(rate * cases / arrangement.cores(machine))
+    for arrangement in arrangements:
+        cores = arrangement.cores(machine)
+        rates = per_core[arrangement.label]
+        print(f"   impl throughput, {arrangement.label}: {statistics.median(rates) * cores / cases:.2f} grades/s, "
+              f"{statistics.median(rates):.1f} cases/s per core ({cases} cases per grade, {cores} cores; "
+              f"rounds: {', '.join(f'{x:.1f}' for x in rates)})")
+    old, lanes, two = (per_core[a.label] for a in arrangements[:3])
+    vs_two = statistics.median(x / y for x, y in zip(lanes, two, strict=True))
+    vs_old = statistics.median(x / y for x, y in zip(lanes, old, strict=True))
+    print(f"   1 worker with lanes vs 2 one-lane workers, cases/s per core: ratio {vs_two:.2f} (target >= 1); "
+          f"vs 1 worker, 1 lane: ratio {vs_old:.2f} (medians of {rounds} rounds of {jobs} grades each)")
 
 
 def _max_size_lines(sb: SandboxSettings) -> dict[str, bytes]:
@@ -236,13 +302,7 @@ def main(smoke: bool) -> None:
                       f"errors {load.errors}")
             total = sum(load.ok for load in loads) / max(load.seconds for load in loads)
             print(f"   64 clients, 2 workers: {total:,.0f} grades/s in all, errors {sum(x.errors for x in loads)}")
-            one = _impl_throughput(url, redis.url, 1, impl_jobs)
-            two = _impl_throughput(url, redis.url, 2, impl_jobs)
-            # Per core: one worker may use every CPU of the machine (MAX_PARALLEL_CASES follows them).
-            per_core = BY_NAME[EXERCISE].case_count / (os.cpu_count() or 1)
-            print(f"   impl throughput: 1 worker {one:.2f} grades/s ({one * per_core:.1f} cases/s per core), "
-                  f"2 workers {two:.2f} grades/s ({two * per_core:.1f} cases/s per core), ratio {two / one:.2f} "
-                  f"({os.cpu_count()} CPUs)")
+            impl_scaling(url, redis.url, impl_jobs, rounds=1 if smoke else 3)
     finally:
         redis.close()
     max_result_read_cost()

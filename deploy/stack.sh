@@ -135,7 +135,8 @@ TOML
 }
 
 wait_ready() {
-  # Ready: /readyz answers 200 and lists WORKERS live workers, each with its sandbox tier.
+  # Ready: /readyz answers 200 and lists WORKERS live workers, each with its sandbox tier (a worker
+  # lists one record per lane, jobs it runs at once; its first lane stands for the worker).
   local url="http://127.0.0.1:$PORT/readyz"
   python3 - "$url" "$WORKERS" "${READY_TIMEOUT:-300}" <<'PY'
 import json, sys, time, urllib.error, urllib.request
@@ -145,7 +146,7 @@ while time.monotonic() < deadline:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
             body = json.load(r)
-        workers = body.get("workers", [])
+        workers = [w for w in body.get("workers", []) if w.get("lane", 1) == 1]
         if len(workers) >= want and all(w.get("sandbox_tier") for w in workers):
             for w in workers:
                 print(f"stack: worker {w['name']} on {w['hostname']}: sandbox tier {w['sandbox_tier']}"

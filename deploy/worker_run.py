@@ -72,6 +72,10 @@ def run_args(config: dict, project: str, number: int) -> list[str]:
             args += ["--pids-limit", str(value)]
         elif key == "mem_limit":
             args += ["--memory", str(value)]
+        elif key == "cpus":  # the CPU quota, which sets the worker's lanes (jobs at once)
+            args += ["--cpus", str(value)]
+        elif key == "cpuset":  # the CPUs, which set the worker's lanes too
+            args += ["--cpuset-cpus", str(value)]
         elif key == "restart":
             args += ["--restart", str(value)]
         else:

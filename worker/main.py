@@ -1,8 +1,10 @@
-"""``scaling-grader worker``: an RQ worker for the judge and impl queues.
+"""``scaling-grader worker``: RQ workers for the judge and impl queues, several in one process.
 
-It runs jobs in its own process (RQ's SimpleWorker), which keeps the sandbox's warm pool alive
-across jobs, and beats a heartbeat from a side thread while a job runs, with a TTL of seconds:
-if this process is killed, another worker's maintenance (every few seconds) finds the job
+The process runs QUEUE__WORKER_JOBS jobs at once (default: one per core it is given), each in a
+lane (worker.lanes): an RQ SimpleWorker in a thread of its own. Jobs run in this process, which
+keeps the sandbox's warm pool and fork server alive across jobs and shares them between lanes.
+Each lane beats a heartbeat from a side thread while its job runs, with a TTL of seconds: if the
+process is killed, another worker's maintenance (every few seconds) finds each of its jobs
 abandoned and re-queues it. RQ's defaults would wait minutes."""
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import threading
 from typing import Any
 
 from rq import Queue, SimpleWorker
+from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from rq.timeouts import UnixSignalDeathPenalty
+from rq.utils import now
 from rq.worker import WorkerStatus
 
+from app.cpus import available_cpus
 from app.graders.impl import sandbox_status
 from app.jobs import presence
 from app.jobs.worker_registry import record_sandbox_tier
@@ -25,6 +29,10 @@ from app.redis_link import sync_connection
 from app.sandbox.pool import shutdown_all
 from app.sandbox.stop import plain_tier_error, remove_stale_leftovers
 from app.settings import Settings
+from worker.deadline import GradingDeadline, LaneDeadline
+from worker.lanes import Lanes, lane_names
+
+__all__ = ["GradingDeadline", "GradingWorker", "build_worker", "run"]
 
 log = logging.getLogger(__name__)
 QUEUES = ("impl", "judge")
@@ -38,22 +46,33 @@ class _QuietMaintenance(logging.Filter):
         return "cleaning registries" not in str(record.msg)
 
 
-class GradingDeadline(BaseException):
-    """A job ran past its backstop deadline. BaseException, so no broad handler inside the job
-    can swallow it."""
-
-
-class DeadlinePenalty(UnixSignalDeathPenalty):
-    """RQ's SIGALRM deadline raising GradingDeadline; this is the only owner of SIGALRM in a worker."""
-
-    def __init__(self, timeout: float, exception: Any = None, **kwargs: Any) -> None:
-        super().__init__(timeout, GradingDeadline, **kwargs)
-
-
 class GradingWorker(SimpleWorker):
-    death_penalty_class = DeadlinePenalty
+    """One lane: an RQ SimpleWorker run in a thread (worker.lanes), never in the main thread."""
+
+    death_penalty_class = LaneDeadline  # per job, in the lane's thread; not SIGALRM (main thread only)
     heartbeat_grace = 3
     sandbox_tier = "none"  # judge-only workers run no sandbox
+    holding: str | None = None  # the job id this lane runs now
+
+    def _install_signal_handlers(self) -> None:
+        """Signals are the main thread's (worker.lanes), which forwards them as stop requests; a
+        thread cannot install handlers."""
+
+    def request_warm_stop(self) -> None:
+        """Stop after the job in hand, if any (called from the main thread)."""
+        self._stop_requested = True
+        self._shutdown_requested_date = now()
+        self.handle_warm_shutdown_request()
+
+    @property
+    def should_run_maintenance_tasks(self) -> bool:
+        # RQ asks this at the top of its work loop and of every pass of its dequeue loop, before it
+        # blocks in BLPOP for at most dequeue_timeout (a few seconds): the one place an idle lane
+        # can see a stop request, since the signal that RQ uses to interrupt BLPOP reaches only the
+        # main thread. StopRequested is how RQ itself ends its loop on a stop.
+        if self._stop_requested:
+            raise StopRequested()
+        return bool(super().should_run_maintenance_tasks)
 
     def register_birth(self) -> None:
         super().register_birth()
@@ -78,11 +97,14 @@ class GradingWorker(SimpleWorker):
     def execute_job(self, job: Job, queue: Queue) -> None:
         execution = self.prepare_execution(job)
         stop = threading.Event()
-        beat = threading.Thread(target=self._beat, args=(job, execution, stop), name="heartbeat", daemon=True)
+        beat = threading.Thread(target=self._beat, args=(job, execution, stop), name=f"heartbeat-{self.name}",
+                                daemon=True)
         beat.start()
+        self.holding = job.id
         try:
             self.perform_job(job, queue, execution)
         finally:
+            self.holding = None
             stop.set()
             beat.join()
         self.set_state(WorkerStatus.IDLE)
@@ -96,6 +118,7 @@ class GradingWorker(SimpleWorker):
 
 
 def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str | None = None) -> GradingWorker:
+    """One lane, with a Redis connection of its own (an idle lane holds one in BLPOP)."""
     if not settings.redis_url:
         raise SystemExit("the worker needs SCALING_GRADER_REDIS_URL")
     connection = sync_connection(settings.redis_url)
@@ -108,7 +131,7 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
         maintenance_interval=settings.queue.maintenance_interval,
         # RQ blocks an idle worker in BLPOP for worker_ttl - 15 seconds and only then beats and
         # runs maintenance: a few seconds, not RQ's default 405, so an idle worker both shows as
-        # live and re-queues a dead worker's job within seconds.
+        # live and re-queues a dead worker's job within seconds (and an idle lane sees a stop).
         worker_ttl=15 + settings.queue.maintenance_interval,
     )
     worker.heartbeat_grace = settings.queue.heartbeat_grace
@@ -116,7 +139,9 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
     return worker
 
 
-def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None) -> int:
+def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None,
+        jobs: int | None = None) -> int:
+    """jobs: lanes (jobs at once); None: QUEUE__WORKER_JOBS; 0: the cores this process is given."""
     if not logging.getLogger().handlers:  # RQ configures only its own logger, in work()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("rq.worker").addFilter(_QuietMaintenance())
@@ -126,22 +151,29 @@ def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = Fals
         if refusal:
             log.error("refusing to start: %s", refusal)
             return 2
-    worker = build_worker(settings, queues, name)
+    lanes = (jobs if jobs is not None else settings.queue.worker_jobs) or available_cpus()
+    workers = [build_worker(settings, queues, lane) for lane in lane_names(name, lanes)]
+    label = workers[0].name
+    log.info("worker %s: %d lane(s) (jobs at once) on %d core(s) given; at most %d sandbox cases at once",
+             label, lanes, available_cpus(), settings.sandbox.max_concurrent_cases)
     sandbox = None
     if "impl" in queues:
         # Probe the isolation tiers and start the warm pool before taking the first job, and say
         # which tier and which case limits are in force.
         sandbox = sandbox_status(settings)
-        log.info("worker %s: sandbox tier %s (minimum %s), case limits %s; probes: %s", worker.name,
+        log.info("worker %s: sandbox tier %s (minimum %s), case limits %s; probes: %s", label,
                  sandbox["tier"], sandbox["min_tier"], sandbox.get("limits"), sandbox["probes"])
-        worker.sandbox_tier = sandbox.get("tier") or "unavailable"
         if not sandbox["meets_min_tier"]:
             log.error("worker %s: sandbox tier %s is below the required minimum %s: impl jobs will be "
-                      "refused (sandbox_error), not run in a weaker sandbox", worker.name, sandbox["tier"],
+                      "refused (sandbox_error), not run in a weaker sandbox", label, sandbox["tier"],
                       sandbox["min_tier"])
-    worker.presence = presence.record(worker.name, queues, sandbox)
+    for lane, worker in enumerate(workers, 1):
+        if sandbox is not None:
+            worker.sandbox_tier = sandbox.get("tier") or "unavailable"
+        worker.presence = presence.record(worker.name, queues, sandbox, lane=lane, lanes=lanes)
+    lane_set = Lanes(workers)
     try:
-        worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
-    finally:  # RQ's warm and cold shutdowns both come back here
+        lane_set.run(burst=burst)
+    finally:  # warm stops come back here; a cold stop ends the process in worker.lanes
         shutdown_all()
-    return 0
+    return 1 if lane_set.failed else 0

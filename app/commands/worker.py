@@ -15,7 +15,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("worker", help="run an RQ worker (needs SCALING_GRADER_REDIS_URL)")
     p.add_argument("--queues", default="impl,judge", help="comma-separated queues to serve")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
-    p.add_argument("--name", help="worker name (default: RQ's)")
+    p.add_argument("--name", help="worker name (default: random); lanes after the first add -2, -3, ...")
+    p.add_argument("--jobs", type=int, help="jobs run at once, each in a lane of its own (default: "
+                   "SCALING_GRADER_QUEUE__WORKER_JOBS; 0: the cores this process is given)")
     p.add_argument("--metrics-port", type=int, help="serve this worker's Prometheus metrics on this port")
     p.add_argument("--metrics-host", default="127.0.0.1", help="bind address for --metrics-port")
     p.set_defaults(func=run)
@@ -23,7 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     queues = tuple(q for q in args.queues.split(",") if q)
+    if args.jobs is not None and args.jobs < 0:
+        raise SystemExit("--jobs must be 0 (one per core) or more")
     if args.metrics_port is not None:
         # Grades run here, not in the API: scrape each worker for its grade counts and latencies.
         start_http_server(args.metrics_port, addr=args.metrics_host, registry=REGISTRY)
-    return run_worker(get_settings(), queues, burst=args.burst, name=args.name)
+    return run_worker(get_settings(), queues, burst=args.burst, name=args.name, jobs=args.jobs)

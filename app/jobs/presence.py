@@ -1,4 +1,5 @@
-"""Live workers as the API sees them. Each worker publishes a small JSON record (its name, host,
+"""Live workers as the API sees them, one record per lane (a job a worker process runs at
+once, see worker/lanes.py). Each lane publishes a small JSON record (its name, host,
 queues and sandbox tier) with every RQ heartbeat, under a key whose TTL is a few heartbeats: a
 worker that dies or loses Redis drops out of the listing within seconds, without any clean-up.
 Worker names are also kept in one sorted set (scored by last beat), so listing never scans the
@@ -34,10 +35,15 @@ def withdraw(connection: Any, worker_name: str) -> None:
     connection.zrem(NAMES, worker_name)
 
 
-def record(worker_name: str, queues: tuple[str, ...], sandbox: dict[str, Any] | None) -> str:
-    """The JSON a worker publishes; sandbox is impl's sandbox_status (None without the impl queue)."""
+def record(worker_name: str, queues: tuple[str, ...], sandbox: dict[str, Any] | None, lane: int = 1,
+           lanes: int = 1) -> str:
+    """The JSON a worker lane publishes; sandbox is impl's sandbox_status (None without the impl
+    queue). A worker process runs `lanes` jobs at once, each lane under a name of its own; lane 1
+    bears the process's name."""
     return json.dumps({
         "name": worker_name,
+        "lane": lane,
+        "lanes": lanes,
         "hostname": socket.gethostname(),
         "pid": os.getpid(),
         "queues": list(queues),

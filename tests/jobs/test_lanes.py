@@ -1,0 +1,318 @@
+"""A worker process running several jobs at once (lanes, worker/lanes.py), on real Redis with real
+worker processes and sandboxes: jobs really overlap (shown by RQ's own records of each job), a
+killed worker's jobs are all re-run elsewhere with the right result, a warm stop finishes the
+jobs in hand and takes no more, the backstop deadline fires in a lane without disturbing the
+others, and the automatic lane count follows the CPUs the process is given."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import time
+from datetime import datetime
+
+import httpx
+import pytest
+from rq import Worker
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from app.cpus import available_cpus
+from app.tasks.impl import reference
+from tests.support.redis_server import RedisServer
+from tests.support.server import running_server
+from tests.support.workers import start_worker, stop_worker
+
+pytestmark = pytest.mark.slow  # real workers, servers and sandboxes
+
+EXERCISE = "critical_batch_size"
+FAST_QUEUE = {"SCALING_GRADER_QUEUE__HEARTBEAT_INTERVAL": "1", "SCALING_GRADER_QUEUE__HEARTBEAT_GRACE": "2",
+              "SCALING_GRADER_QUEUE__MAINTENANCE_INTERVAL": "1", "SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "1"}
+
+
+def completion(source: str) -> str:
+    return f"Here is my implementation.\n\n```python\n{source}\n```\n"
+
+
+RIGHT = completion(inspect.getsource(getattr(reference, EXERCISE)))
+# Right, but every case takes a second: a job holds its lane long enough to be caught holding it.
+SLOW_RIGHT = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math, time\n"
+    "    time.sleep(1.0)\n"
+    "    return math.ceil(peak_flops * bytes_per_weight / (2 * hbm_bandwidth) - 1e-9)\n"
+)
+# Wrong (forgets the bytes per weight) and slow.
+SLOW_WRONG = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math, time\n"
+    "    time.sleep(1.0)\n"
+    "    return math.ceil(peak_flops / hbm_bandwidth)\n"
+)
+# Right, and each case holds its lane for five seconds: still running when a stop comes.
+HOLDS_RIGHT = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math, time\n"
+    "    time.sleep(5.0)\n"
+    "    return math.ceil(peak_flops * bytes_per_weight / (2 * hbm_bandwidth) - 1e-9)\n"
+)
+# Never returns: each case runs until the sandbox's wall limit ends it.
+HANGS = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import time\n"
+    "    time.sleep(600)\n"
+)
+
+
+def _submit(client: httpx.Client, text: str, request_id: str) -> str:
+    r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": text, "wait": 0,
+                                       "request_id": request_id, "all_or_nothing": True})
+    assert r.status_code == 202, r.text
+    return str(r.json()["job_id"])
+
+
+def _collect(client: httpx.Client, job_ids: list[str], timeout: float) -> dict[str, dict]:
+    results: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout
+    while len(results) < len(job_ids) and time.monotonic() < deadline:
+        for job_id in job_ids:
+            if job_id not in results:
+                body = client.get(f"/v1/jobs/{job_id}", params={"wait": 0}).json()
+                if body["status"] in ("finished", "failed"):
+                    results[job_id] = body
+        time.sleep(0.2)
+    return results
+
+
+def _holders(redis_server: RedisServer, job_ids: list[str]) -> dict[str, str]:
+    """Job id -> the worker (lane) name RQ records as running it now."""
+    client = redis_server.client()
+    held = {}
+    for job_id in job_ids:
+        name, status = client.hmget(f"rq:job:{job_id}", "worker_name", "status")
+        if status == b"started" and name:
+            held[job_id] = name.decode()
+    return held
+
+
+def _wait_for_holders(redis_server: RedisServer, job_ids: list[str], count: int, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        held = _holders(redis_server, job_ids)
+        if len(held) >= count:
+            return held
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} jobs were ever running at once: {_holders(redis_server, job_ids)}")
+
+
+def _rq_job(redis_server: RedisServer, job_id: str) -> Job:
+    return Job.fetch(job_id, connection=redis_server.client(), serializer=JSONSerializer)
+
+
+def _interval(job: Job) -> tuple[datetime, datetime]:
+    assert job.started_at is not None and job.ended_at is not None, job.id
+    return job.started_at, job.ended_at
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_worker_runs_as_many_jobs_at_once_as_it_has_lanes(redis_server, lanes) -> None:
+    # The one-lane worker is the control: the same jobs, never two at once.
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        job_ids = [_submit(client, SLOW_RIGHT, f"overlap-{i}") for i in range(4)]
+        worker = start_worker(redis_server.url, "lanes", FAST_QUEUE, jobs=lanes)
+        try:
+            results = _collect(client, job_ids, timeout=240)
+            registered = {w.name for w in Worker.all(connection=redis_server.client(), serializer=JSONSerializer)}
+        finally:
+            stop_worker(worker)
+    assert len(results) == len(job_ids)
+    assert all(b["status"] == "finished" and b["result"]["reward"] == 1.0 for b in results.values()), results
+    names = {"lanes"} | {f"lanes-{i}" for i in range(2, lanes + 1)}
+    assert registered == names  # each lane is a registered RQ worker of its own
+    jobs = [_rq_job(redis_server, job_id) for job_id in job_ids]
+    assert {job.worker_name for job in jobs} <= names
+    # RQ's own record of when each job started and ended: the largest number running at one time
+    events = sorted([(s, 1) for s, _ in map(_interval, jobs)] + [(e, -1) for _, e in map(_interval, jobs)],
+                    key=lambda event: (event[0], event[1]))
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    assert peak == lanes
+    if lanes > 1:  # and the jobs that overlapped ran in different lanes of the one process
+        assert len({job.worker_name for job in jobs}) == lanes
+
+
+def _attempts(redis_server: RedisServer, job_id: str) -> int:
+    return int(redis_server.client().get(f"sg:attempts:{job_id}") or 0)  # counted as grading begins
+
+
+def test_killing_a_worker_reruns_every_job_its_lanes_held(redis_server) -> None:
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        submitted = {}
+        for i in range(6):
+            right = i % 3 != 0
+            submitted[_submit(client, SLOW_RIGHT if right else SLOW_WRONG, f"lane-kill-{i}")] = right
+        job_ids = list(submitted)
+        victim = start_worker(redis_server.url, "victim", FAST_QUEUE, jobs=2)
+        survivor = None
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # kill while both lanes are grading a job
+                held = _holders(redis_server, job_ids)
+                if len(held) == 2 and all(_attempts(redis_server, job_id) for job_id in held):
+                    break
+                time.sleep(0.02)
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+            # What RQ recorded at the kill, and how many attempts each held job had begun
+            held = _holders(redis_server, job_ids)
+            begun = {job_id: _attempts(redis_server, job_id) for job_id in held}
+            assert set(held.values()) == {"victim", "victim-2"}, held  # both lanes held a job
+            survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE, jobs=2)
+            _collect(client, job_ids, timeout=240)
+            deadline = time.monotonic() + 60  # until RQ has closed every job (a result may precede it)
+            while time.monotonic() < deadline and any(
+                    _rq_job(redis_server, job_id).get_status() != "finished" for job_id in job_ids):
+                time.sleep(0.2)
+            results = _collect(client, job_ids, timeout=10)
+        finally:
+            stop_worker(victim)
+            if survivor is not None:
+                stop_worker(survivor)
+    assert len(results) == len(submitted), "a job was lost"
+    for job_id, body in results.items():
+        assert body["status"] == "finished", body
+        assert body["result"]["reward"] == (1.0 if submitted[job_id] else 0.0), body["result"]["explanation"]
+        # a job a victim lane held ran once more, on the survivor; no other job ran twice
+        assert body["result"]["details"]["attempt"] == begun.get(job_id, 0) + 1, (job_id, held)
+        assert _rq_job(redis_server, job_id).worker_name.startswith("survivor") or job_id not in held
+
+
+def test_a_warm_stop_finishes_the_jobs_in_hand_and_takes_no_more(redis_server) -> None:
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        job_ids = [_submit(client, SLOW_RIGHT, f"warm-{i}") for i in range(3)]
+        worker = start_worker(redis_server.url, "warm", FAST_QUEUE, jobs=2)
+        try:
+            held = _wait_for_holders(redis_server, job_ids, 2)
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=120) == 0
+        finally:
+            stop_worker(worker)
+        results = _collect(client, list(held), timeout=10)
+        connection = redis_server.client()
+        assert Worker.all(connection=connection, serializer=JSONSerializer) == []  # both lanes deregistered
+        assert client.get("/readyz").json()["workers"] == []  # and their presence withdrawn
+    assert set(results) == set(held)
+    for job_id, body in results.items():
+        assert body["status"] == "finished" and body["result"]["reward"] == 1.0
+        assert body["result"]["details"]["attempt"] == 1  # finished by the stopping worker, not re-run
+        assert _rq_job(redis_server, job_id).worker_name == held[job_id]
+    (waiting,) = set(job_ids) - set(held)
+    assert _rq_job(redis_server, waiting).get_status() == "queued"  # not started after the stop
+    assert connection.lrange("rq:queue:impl", 0, -1) == [waiting.encode()]
+
+
+def test_a_cold_stop_leaves_the_jobs_to_another_worker_and_writes_no_result(redis_server) -> None:
+    # The second signal ends the process with cases in flight: a lane must not finish its job with
+    # cut-short cases (a wrong, sandbox_error result); the jobs are re-run elsewhere instead.
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        job_ids = [_submit(client, HOLDS_RIGHT, f"cold-{i}") for i in range(2)]
+        worker = start_worker(redis_server.url, "cold", FAST_QUEUE, jobs=2)
+        survivor = None
+        try:
+            held = _wait_for_holders(redis_server, job_ids, 2)
+            worker.send_signal(signal.SIGTERM)
+            time.sleep(1.5)  # a second signal within a second is taken as the same request
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=30) == 1
+            connection = redis_server.client()
+            assert [connection.get(f"sg:result:{job_id}") for job_id in held] == [None, None]
+            assert Worker.all(connection=connection, serializer=JSONSerializer) == []  # lanes deregistered
+            survivor = start_worker(redis_server.url, "after-cold", FAST_QUEUE, jobs=2)
+            results = _collect(client, job_ids, timeout=180)
+        finally:
+            stop_worker(worker)
+            if survivor is not None:
+                stop_worker(survivor)
+    assert set(results) == set(job_ids)
+    for body in results.values():
+        assert body["status"] == "finished" and body["result"]["reward"] == 1.0, body
+        assert body["result"]["details"]["attempt"] == 2  # begun by the stopped worker, finished by the next
+
+
+def test_the_backstop_deadline_fires_in_a_lane_and_spares_the_other(redis_server) -> None:
+    deadline = {"SCALING_GRADER_QUEUE__JOB_TIMEOUT": "2", "SCALING_GRADER_QUEUE__RETRIES": "0",
+                "SCALING_GRADER_SANDBOX__WALL_SECONDS": "6"}
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE, **deadline}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        hung = _submit(client, HANGS, "deadline-hung")
+        worker = start_worker(redis_server.url, "deadline", {**FAST_QUEUE, **deadline}, jobs=2)
+        try:
+            _wait_for_holders(redis_server, [hung], 1)
+            right = _submit(client, RIGHT, "deadline-right")  # taken by the other lane meanwhile
+            results = _collect(client, [hung, right], timeout=120)
+            alive = worker.poll() is None
+        finally:
+            stop_worker(worker)
+    assert alive  # the deadline ended a job, not the worker
+    assert results[right]["status"] == "finished" and results[right]["result"]["reward"] == 1.0
+    # Without the deadline the hung job would finish as a timeout verdict after the wall limit.
+    assert results[hung]["status"] == "failed" and results[hung]["result"]["reward"] == 0.0
+    result = _rq_job(redis_server, hung).latest_result()
+    assert result is not None and "GradingDeadline" in (result.exc_string or "")
+    assert _rq_job(redis_server, right).worker_name != _rq_job(redis_server, hung).worker_name
+
+
+def _lane_count(redis_server: RedisServer, name: str, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lanes = [w for w in Worker.all(connection=redis_server.client(), serializer=JSONSerializer)
+                 if w.name == name or w.name.startswith(name + "-")]
+        if lanes and redis_server.client().get(f"sg:worker:{name}"):  # started and published its presence
+            time.sleep(1)  # all lanes register before the first publishes; settle anyway
+            return len([w for w in Worker.all(connection=redis_server.client(), serializer=JSONSerializer)
+                        if w.name == name or w.name.startswith(name + "-")])
+        time.sleep(0.1)
+    raise AssertionError(f"worker {name} never registered")
+
+
+def test_auto_lanes_follow_the_cpus_the_worker_is_given_and_idle_lanes_stop(redis_server) -> None:
+    one_cpu = min(os.sched_getaffinity(0))
+    pinned = start_worker(redis_server.url, "pinned", FAST_QUEUE, queues="judge", jobs=0,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {one_cpu}))
+    free = start_worker(redis_server.url, "free", FAST_QUEUE, queues="judge", jobs=None)  # the setting's default
+    try:
+        assert _lane_count(redis_server, "pinned") == 1
+        assert _lane_count(redis_server, "free") == available_cpus()
+        # Idle lanes wait in BLPOP, which no signal interrupts off the main thread: they must
+        # still see the stop and end cleanly (exit status 0, not the SIGKILL of a stuck worker).
+        for worker in (pinned, free):
+            worker.send_signal(signal.SIGTERM)
+        assert pinned.wait(timeout=60) == 0 and free.wait(timeout=60) == 0
+        assert Worker.all(connection=redis_server.client(), serializer=JSONSerializer) == []
+    finally:
+        stop_worker(pinned)
+        stop_worker(free)
+
+
+def test_a_lane_that_cannot_start_stops_the_whole_worker(redis_server) -> None:
+    # A second worker under a live worker's name: its first lane is refused by RQ. Running on with
+    # the other lane would hide it; the process stops (non-zero) and leaves nothing registered.
+    first = start_worker(redis_server.url, "dup", FAST_QUEUE, queues="judge", jobs=1)
+    second = None
+    try:
+        assert _lane_count(redis_server, "dup") == 1
+        second = start_worker(redis_server.url, "dup", FAST_QUEUE, queues="judge", jobs=2)
+        assert second.wait(timeout=60) == 1
+        names = {w.name for w in Worker.all(connection=redis_server.client(), serializer=JSONSerializer)}
+        assert names == {"dup"} and first.poll() is None
+    finally:
+        stop_worker(first)
+        if second is not None:
+            stop_worker(second)

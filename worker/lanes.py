@@ -1,0 +1,103 @@
+"""One worker process, several jobs at once: lanes.
+
+Each lane is an RQ worker of its own run in a thread of this process: registered in Redis under
+its own name (NAME, NAME-2, ...), with its own heartbeats, so that each job a killed process held
+is found abandoned and re-queued as before, and the status page shows what every lane holds. The
+lanes share the process's sandbox: one warm pool and fork server per tier, and one cap on the
+cases running at once (SANDBOX__MAX_CONCURRENT_CASES).
+
+Signals reach the main thread only; it runs no job and forwards them. A first SIGINT or SIGTERM
+asks every lane to stop after the job it holds (warm stop); another one, a second or more later,
+ends the process at once (cold stop): the lanes are deregistered and the jobs in flight are left
+to be re-queued by another worker, exactly as after a kill, rather than finished with cases cut
+short (which would write a wrong result)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from worker.main import GradingWorker
+
+log = logging.getLogger(__name__)
+_REPEAT_SIGNAL_SECONDS = 1.0  # RQ's rule: a second signal this soon is the same request (a pool sends two)
+
+
+def lane_names(name: str | None, lanes: int) -> list[str]:
+    """NAME for the first lane (so a one-lane worker is named as before), NAME-2, NAME-3, ... after."""
+    base = name or uuid.uuid4().hex
+    return [base] + [f"{base}-{i}" for i in range(2, lanes + 1)]
+
+
+class Lanes:
+    def __init__(self, workers: Sequence[GradingWorker]) -> None:
+        self.workers = list(workers)
+        self._stop = threading.Event()
+        self._stop_at = 0.0
+        self.failed = False  # a lane ended on its own (not asked to stop, not a finished burst)
+
+    def run(self, burst: bool = False) -> None:
+        """Work until every lane has stopped (burst: until the queues are empty)."""
+        threads = [threading.Thread(target=self._work, args=(worker, burst), name=f"lane-{i}")
+                   for i, worker in enumerate(self.workers, 1)]
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for thread in threads:
+                thread.start()
+            forwarded = False
+            while any(thread.is_alive() for thread in threads):
+                if self._stop.wait(0.5) and not forwarded:
+                    forwarded = True
+                    for worker in self.workers:
+                        worker.request_warm_stop()
+                elif forwarded:
+                    time.sleep(0.2)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _work(self, worker: GradingWorker, burst: bool) -> None:
+        ended_well = False
+        try:
+            worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+            ended_well = burst or self._stop.is_set()
+        finally:
+            if not ended_well:
+                self.failed = True
+            if not ended_well and not self._stop.is_set():
+                # A lane that quit on its own (Redis gone for good, an error in RQ): stop the
+                # others after their jobs too, so the process ends and its supervisor restarts
+                # it whole, instead of running on with fewer lanes than cores.
+                log.error("lane %s stopped; stopping the worker's other lanes", worker.name)
+                self._stop.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if not self._stop.is_set():
+            log.info("%s: warm stop; each lane stops after the job it holds (again for a cold stop)",
+                     signal.Signals(signum).name)
+            self._stop_at = now
+            self._stop.set()
+        elif now - self._stop_at >= _REPEAT_SIGNAL_SECONDS:
+            self._cold_stop()
+
+    def _cold_stop(self) -> None:
+        held = [w.name for w in self.workers if w.holding is not None]
+        log.warning("cold stop: %d job(s) in flight (%s) are left for another worker to re-run",
+                    len(held), ", ".join(held) or "none")
+        for worker in self.workers:
+            with contextlib.suppress(Exception):  # best effort: the records expire by themselves anyway
+                worker.register_death()
+        logging.shutdown()
+        # No interpreter shutdown: the lanes would go on and write results of cases cut short.
+        # The sandbox's children die with this process (parent-death signal, --die-with-parent).
+        os._exit(1)
