@@ -402,7 +402,10 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
     if child.cgroup is not None:
         facts["oom_kills"] = child.cgroup.oom_kills()
         facts["memory_limit_hits"] = child.cgroup.failcnt()
-        facts["cgroup_removed"] = child.cgroup.remove()  # kills what is left in it first
+        # Emptied now (every task of the case killed and gone), its directories removed by
+        # the remover thread: the verdict does not wait on the kernel's rmdir.
+        facts["cgroup_emptied"] = child.cgroup.empty()
+        child.cgroup.remove_later()
     if child.uid is not None:
         # Even after the group is gone a killed task may still be exiting: the uid goes back to
         # the pool only when /proc shows none of its processes (one scan when all is quiet).

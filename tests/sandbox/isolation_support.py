@@ -50,7 +50,7 @@ def hostile(box: Sandbox, source: str, args: list[Any] | None = None, *,
         assert processes_of(uid) == [], "a process of the case survived it"
     assert run.extra.get("host_processes_left", 0) == 0, "a host process of the gVisor sandbox survived it"
     if box.limits != "rlimits":  # the case's control group went with it
-        assert run.extra.get("cgroup_removed") is True, run.extra
+        assert run.extra.get("cgroup_emptied") is True, run.extra
     return run, verdict
 
 
