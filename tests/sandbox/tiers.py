@@ -4,6 +4,10 @@ child), with short limits so that the time-outs in the adversarial suite cost se
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
 
 from app.sandbox.launch import SandboxFault
 from app.sandbox.pool import Sandbox, get_sandbox
@@ -85,6 +89,26 @@ def forked_tier(tier: str) -> bool:
 
 def fork_tiers() -> tuple[LaunchedTier, ...]:
     return tuple(t for t in launched_tiers() if t.launcher == "forkserver")
+
+
+# The two launchers run the same harness (Python guards, result channel, value encoding) under the
+# same service-side limits (output cap, result size); they differ only in how a case's process is
+# made: uid, namespaces, rlimits, control group, inherited fds and environment. These attacks meet
+# only the shared part, so on a forked tier they run on the fork server (the default launcher) and
+# not again with a fresh interpreter; gVisor's tiers, never forked, run them with theirs.
+LAUNCHER_NEUTRAL = frozenset({"output_flood_100mb", "return_nan", "return_huge_list", "lying_eq",
+                              "monkeypatch_builtins_and_harness"})
+
+
+def attack_matrix(tiers: Iterable[LaunchedTier], attacks: Iterable[Any], *, neutral: Iterable[str] = ()) -> list[Any]:
+    """(tier, attack) parameters: every attack on every tier's default launcher, and on the exec
+    launcher of a forked tier unless the attack is launcher-neutral (LAUNCHER_NEUTRAL, or the
+    extra names given: attacks the Python guards stop before the process layer is reached)."""
+    skip = LAUNCHER_NEUTRAL | set(neutral)
+    forked = {str(t) for t in fork_tiers()}
+    attacks = list(attacks)
+    return [pytest.param(t, a, id=f"{t.id}-{a.name}") for t in tiers for a in attacks
+            if not (t.launcher == "exec" and t in forked and a.name in skip)]
 
 
 def box_for(tier: str, *, guards: bool = True) -> Sandbox:
