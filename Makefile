@@ -13,6 +13,12 @@ ifneq ($(BOOK_MIRROR_DIR),)
 export SCALING_GRADER_BOOK_MIRROR ?= $(abspath $(BOOK_MIRROR_DIR))
 endif
 
+# Tests run in this many worker processes (pytest-xdist). Most of the suite waits on children
+# (servers, workers, sandboxes, sleeps), so more workers than this machine's 2 cores pay; tests that
+# must share one worker carry an xdist_group mark (loadgroup keeps a group together).
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+
 .PHONY: serve test test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
 
 $(BIN)/python:
@@ -57,7 +63,7 @@ serve: sandbox-deps $(VENV)/.serve
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_PARALLEL)
 	$(BIN)/python -m bench --smoke
 
 # promtool (Debian's prometheus package, ~300 MB, so not part of `make test`, whose promtool
@@ -72,7 +78,7 @@ check-dashboards: $(VENV)/.test
 # The quick loop while editing: everything but the tests marked slow (real workers, servers,
 # sandboxes under attack); under a minute.
 test-fast: system-deps $(VENV)/.test
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -m "not slow" $(PYTEST_PARALLEL)
 
 # mypy over app, worker and bench (strict on the grading core and the graders; see pyproject.toml).
 typecheck: $(VENV)/.test

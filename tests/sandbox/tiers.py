@@ -54,9 +54,41 @@ def tier_settings(tier: str, *, guards: bool = True, **overrides: object) -> San
     )
 
 
+# Probing starts a child per tier and launcher: seconds each on a loaded machine. A run that leaves
+# the slow tests out (every tier-parametrised test is slow) skips it (see tests/conftest.py), and
+# under pytest -n the controller probes once and hands the result to every worker, so all workers
+# collect the same tests.
+_probe = {"wanted": True}
+_probed: dict[str, Any] = {}
+
+
+def skip_probing() -> None:
+    """No tier is offered in this run: its tier-parametrised tests are all deselected."""
+    _probe["wanted"] = False
+
+
+def probed() -> dict[str, Any]:
+    """The probe's result, to hand to another process (`use_probed`)."""
+    return {"offered": list(offered_tiers()), "launched": [[str(t), t.launcher] for t in launched_tiers()]}
+
+
+def use_probed(result: dict[str, Any]) -> None:
+    _probed.update(offered=tuple(result["offered"]),
+                   launched=tuple(LaunchedTier(name, launcher) for name, launcher in result["launched"]))
+
+
+def first_tier() -> str:
+    """The strongest offered tier; `plain` (never run) when the run does not probe."""
+    return (offered_tiers() or ("plain",))[0]
+
+
 @functools.cache
 def offered_tiers() -> tuple[str, ...]:
     """Tiers whose probe child ran a case on this machine."""
+    if "offered" in _probed:
+        return _probed["offered"]  # type: ignore[no-any-return]
+    if not _probe["wanted"]:
+        return ()
     offered = []
     for tier in ALL_TIERS:
         try:
@@ -71,6 +103,8 @@ def offered_tiers() -> tuple[str, ...]:
 def launched_tiers() -> tuple[LaunchedTier, ...]:
     """Every offered tier with a fresh interpreter per case, and again forked from a zygote
     where the fork server serves that tier on this machine."""
+    if "launched" in _probed:
+        return _probed["launched"]  # type: ignore[no-any-return]
     out = []
     for tier in offered_tiers():
         exec_tier = LaunchedTier(tier, "exec")

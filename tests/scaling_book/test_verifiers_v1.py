@@ -24,7 +24,9 @@ VENV = ROOT / ".cache" / f"verifiers-{VERSION}"
 
 # The first test also builds the venv (pip install, allowed 25 minutes below): on a loaded machine
 # that alone outlasts the suite's 300-second default.
-pytestmark = pytest.mark.timeout(1800)
+# Both tests on one worker under pytest -n (xdist's loadgroup): two workers building the one venv at
+# once would install into each other's half-made tree.
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.xdist_group("verifiers-venv")]
 
 SCRIPT = r"""
 import asyncio, json, sys
