@@ -15,7 +15,8 @@ endif
 
 # Tests run in this many worker processes (pytest-xdist). Most of the suite waits on children
 # (servers, workers, sandboxes, sleeps), so more workers than this machine's 2 cores pay; tests that
-# must share one worker carry an xdist_group mark (loadgroup keeps a group together).
+# must share one worker carry an xdist_group mark (loadgroup keeps a group together), and tests
+# marked serial (host-wide counts, short deadlines against CPU time) run alone afterwards.
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 
@@ -63,7 +64,8 @@ serve: sandbox-deps $(VENV)/.serve
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q $(PYTEST_PARALLEL)
+	$(BIN)/pytest -q -m "not serial" $(PYTEST_PARALLEL)
+	$(BIN)/pytest -q -m serial
 	$(BIN)/python -m bench --smoke
 
 # promtool (Debian's prometheus package, ~300 MB, so not part of `make test`, whose promtool
@@ -76,7 +78,7 @@ check-dashboards: $(VENV)/.test
 	$(BIN)/pytest -q tests/deploy/test_dashboards.py
 
 # The quick loop while editing: everything but the tests marked slow (real workers, servers,
-# sandboxes under attack); under a minute.
+# sandboxes under attack); under a minute. (Every serial test is slow too, so none runs here.)
 test-fast: system-deps $(VENV)/.test
 	$(BIN)/pytest -q -m "not slow" $(PYTEST_PARALLEL)
 

@@ -34,9 +34,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _leaves_out_slow_tests(config: pytest.Config) -> bool:
-    """Whether `-m` deselects a test marked slow and nothing else (as `make test-fast` does)."""
+    """Whether `-m` deselects every test marked slow, whatever its other marks (as `make test-fast`
+    does): false for `slow` with the other marks all absent and all present."""
     expression = config.getoption("markexpr")
-    return bool(expression) and not Expression.compile(expression).evaluate(lambda name, **_: name == "slow")
+    if not expression:
+        return False
+    compiled = Expression.compile(expression)
+    return not any(compiled.evaluate(lambda name, others=others, **_: name == "slow" or others)
+                   for others in (False, True))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `make test-fast` runs in parallel only: a serial test there must be slow too, so it is left out.
+    unsafe = [item.nodeid for item in items
+              if item.get_closest_marker("serial") and not item.get_closest_marker("slow")]
+    if unsafe:
+        raise pytest.UsageError(f"serial tests must also be marked slow: {unsafe[:5]}")
 
 
 # pytest-xdist's controller (the hook is optional: absent without -n): the tiers are probed once,
