@@ -13,12 +13,12 @@ ifneq ($(BOOK_MIRROR_DIR),)
 export SCALING_GRADER_BOOK_MIRROR ?= $(abspath $(BOOK_MIRROR_DIR))
 endif
 
-# Tests run in this many worker processes (pytest-xdist). Most of the suite waits on children
-# (servers, workers, sandboxes, sleeps), so more workers than this machine's 2 cores pay; tests that
-# must share one worker carry an xdist_group mark (loadgroup keeps a group together), and tests
-# marked serial (host-wide counts, short deadlines against CPU time) run alone afterwards.
+# Tests run in this many worker processes (pytest-xdist): most of them wait on children (servers,
+# workers, sleeps), so more workers than this machine's 2 cores pay. Tests marked serial (the
+# sandbox suites, whose wall and CPU limits other tests' load would break, and host-wide counts)
+# run alone afterwards.
 TEST_WORKERS ?= 4
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL := -n $(TEST_WORKERS)
 
 .PHONY: serve test test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
 

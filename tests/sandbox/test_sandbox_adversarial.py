@@ -25,7 +25,9 @@ from tests.sandbox.tiers import (
     tier_settings,
 )
 
-pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+# Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
+# wall and CPU limits are what they test, and other tests' load on two cores breaks them.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # A value no attack can know: the only way to "pass" would be a forged result.
 UNGUESSABLE = Case(args=(), expected="expected-" + os.urandom(6).hex())
