@@ -29,18 +29,19 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and "sandbox_tiers" in workerinput:
         tiers.use_probed(workerinput["sandbox_tiers"])
-    elif _leaves_out_slow_tests(config):
+    elif _leaves_out_tier_tests(config):
         tiers.skip_probing()
 
 
-def _leaves_out_slow_tests(config: pytest.Config) -> bool:
-    """Whether `-m` deselects every test marked slow, whatever its other marks (as `make test-fast`
-    does): false for `slow` with the other marks all absent and all present."""
+def _leaves_out_tier_tests(config: pytest.Config) -> bool:
+    """Whether `-m` deselects the tier-parametrised tests, all marked slow and serial (as
+    `make test-fast` and the parallel part of `make test` do): false for those two marks with the
+    other marks all absent and all present."""
     expression = config.getoption("markexpr")
     if not expression:
         return False
     compiled = Expression.compile(expression)
-    return not any(compiled.evaluate(lambda name, others=others, **_: name == "slow" or others)
+    return not any(compiled.evaluate(lambda name, others=others, **_: name in ("slow", "serial") or others)
                    for others in (False, True))
 
 
@@ -57,7 +58,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: object) -> None:
     config = node.config  # type: ignore[attr-defined]
-    if not _leaves_out_slow_tests(config):
+    if not _leaves_out_tier_tests(config):
         node.workerinput["sandbox_tiers"] = tiers.probed()  # type: ignore[attr-defined]
 
 

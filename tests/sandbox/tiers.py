@@ -54,10 +54,10 @@ def tier_settings(tier: str, *, guards: bool = True, **overrides: object) -> San
     )
 
 
-# Probing starts a child per tier and launcher: seconds each on a loaded machine. A run that leaves
-# the slow tests out (every tier-parametrised test is slow) skips it (see tests/conftest.py), and
-# under pytest -n the controller probes once and hands the result to every worker, so all workers
-# collect the same tests.
+# Probing starts a child per tier and launcher: seconds each on a loaded machine. A run whose -m
+# leaves out the tier-parametrised tests (all marked slow and serial) skips it (tests/conftest.py),
+# and under pytest -n the controller probes once and hands the result to every worker, so all
+# workers collect the same tests.
 _probe = {"wanted": True}
 _probed: dict[str, Any] = {}
 
