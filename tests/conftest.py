@@ -45,14 +45,6 @@ def _leaves_out_tier_tests(config: pytest.Config) -> bool:
                    for others in (False, True))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # `make test-fast` runs in parallel only: a serial test there must be slow too, so it is left out.
-    unsafe = [item.nodeid for item in items
-              if item.get_closest_marker("serial") and not item.get_closest_marker("slow")]
-    if unsafe:
-        raise pytest.UsageError(f"serial tests must also be marked slow: {unsafe[:5]}")
-
-
 # pytest-xdist's controller (the hook is optional: absent without -n): the tiers are probed once,
 # here, and every worker collects the same tier-parametrised tests from that one result.
 @pytest.hookimpl(optionalhook=True)
