@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 
 from app.settings import Settings, get_settings
 from app.tasks import registry
 from tests.fake_openai import FakeOpenAI
+from tests.sandbox import tiers
 from tests.support.book_mirror import mirror_path
 from tests.support.redis_server import RedisServer
 
@@ -21,6 +23,35 @@ BOOK_MIRROR = (ROOT.parent / "shared" / "book" / BOOK_COMMIT).resolve()
 
 os.environ.setdefault("SCALING_GRADER_BOOK_MIRROR", str(BOOK_MIRROR))
 os.environ.setdefault("SCALING_GRADER_BOOK_CACHE", tempfile.mkdtemp(prefix="sg-book-cache-"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "sandbox_tiers" in workerinput:
+        tiers.use_probed(workerinput["sandbox_tiers"])
+    elif _leaves_out_tier_tests(config):
+        tiers.skip_probing()
+
+
+def _leaves_out_tier_tests(config: pytest.Config) -> bool:
+    """Whether `-m` deselects the tier-parametrised tests, all marked slow and serial (as
+    `make test-fast` and the parallel part of `make test` do): false for those two marks with the
+    other marks all absent and all present."""
+    expression = config.getoption("markexpr")
+    if not expression:
+        return False
+    compiled = Expression.compile(expression)
+    return not any(compiled.evaluate(lambda name, others=others, **_: name in ("slow", "serial") or others)
+                   for others in (False, True))
+
+
+# pytest-xdist's controller (the hook is optional: absent without -n): the tiers are probed once,
+# here, and every worker collects the same tier-parametrised tests from that one result.
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:
+    config = node.config  # type: ignore[attr-defined]
+    if not _leaves_out_tier_tests(config):
+        node.workerinput["sandbox_tiers"] = tiers.probed()  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")

@@ -41,14 +41,15 @@ burst = 3
 [[tenant]]
 name = "gamma"
 key_sha256 = "{digest_c}"
-rate_per_second = 0.5
+rate_per_second = 0.01
 burst = 3
 ''')
     return path, key_a, key_b, key_c
 
 
 # One server (and Redis) for the module: starting one costs seconds, and no test changes what
-# another sees. The rate-limit test drains the bucket of a tenant ("gamma") no other test uses.
+# another sees. The rate-limit test drains the bucket of a tenant ("gamma") no other test uses; it
+# refills a token per 100 s, so a loaded machine's slow requests cannot refill it mid-test.
 @pytest.fixture(scope="module")
 def tenant_server(tmp_path_factory):
     path, key_a, key_b, key_c = _tenants_file(tmp_path_factory.mktemp("tenants"))

@@ -20,7 +20,9 @@ from app.tasks.impl import reference
 from app.tasks.impl.exercises import BY_NAME
 from tests.support.wrong_solutions import WRONG
 
-pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+# Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
+# wall and CPU limits are what they test, and other tests' load on two cores breaks them.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SETTINGS = Settings(sandbox=SandboxSettings(wall_seconds=20, warm_pool_size=2))
 

@@ -15,7 +15,9 @@ from app.graders.result import Outcome
 from app.settings import SandboxSettings, Settings
 from app.tasks import registry
 
-pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+# Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
+# wall and CPU limits are what they test, and other tests' load on two cores breaks them.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SETTINGS = Settings(sandbox=SandboxSettings(wall_seconds=20, warm_pool_size=2))
 

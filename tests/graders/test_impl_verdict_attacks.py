@@ -18,7 +18,9 @@ from app.tasks.impl.exercises import BY_NAME
 from tests.sandbox.tiers import offered_tiers, tier_settings
 from tests.support.verdict_attacks import SETTINGS, assert_earned_nothing, grade_hostile
 
-pytestmark = pytest.mark.slow  # real sandbox children: left out of `make test-fast`
+# Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
+# wall and CPU limits are what they test, and other tests' load on two cores breaks them.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def reasons(graded) -> set[str]:

@@ -61,11 +61,20 @@ def targets() -> Iterator[Targets]:
     os.environ.pop("GRADER_TEST_CANARY", None)
 
 
+def _parametrized_by_mark(metafunc: pytest.Metafunc, name: str) -> bool:
+    """Whether the test's own parametrize mark already gives `name` (see tiers.attack_matrix)."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if name in ([n.strip() for n in names.split(",")] if isinstance(names, str) else names):
+            return True
+    return False
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Each tier twice where the fork server serves it: children started, and children forked.
-    if "tier" in metafunc.fixturenames:
+    if "tier" in metafunc.fixturenames and not _parametrized_by_mark(metafunc, "tier"):
         metafunc.parametrize("tier", launched_tiers(), ids=lambda t: t.id)
-    if "os_tier" in metafunc.fixturenames:
+    if "os_tier" in metafunc.fixturenames and not _parametrized_by_mark(metafunc, "os_tier"):
         # Tiers that hold without the Python-level guards: the OS layers alone must contain
         # the attacks there (the plain tier without seccomp relies on the guards for some).
         metafunc.parametrize("os_tier", [t for t in launched_tiers() if t != "plain"], ids=lambda t: t.id)

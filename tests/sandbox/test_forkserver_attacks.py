@@ -18,7 +18,9 @@ from tests.sandbox.attacks import code, guarded
 from tests.sandbox.isolation_support import hostile, observed
 from tests.sandbox.tiers import box_for
 
-pytestmark = pytest.mark.slow  # real sandboxes
+# Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
+# wall and CPU limits are what they test, and other tests' load on two cores breaks them.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def _zygote(box: Sandbox, profile: str = "numpy") -> Zygote:

@@ -12,7 +12,9 @@ from app.sandbox.pool import get_sandbox
 from app.sandbox.zygote import Zygote
 from tests.sandbox.tiers import tier_settings
 
-pytestmark = pytest.mark.slow  # real sandboxes
+# Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
+# wall and CPU limits are what they test, and other tests' load on two cores breaks them.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 _HONEST = "def f():\n    import numpy as np\n    return int(np.arange(10).sum())\n"
 

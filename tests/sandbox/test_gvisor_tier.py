@@ -19,7 +19,9 @@ from tests.sandbox.attacks import code, guarded
 from tests.sandbox.isolation_support import hostile, observed
 from tests.sandbox.tiers import box_for, offered_tiers, tier_settings
 
-pytestmark = pytest.mark.slow
+# Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
+# wall and CPU limits are what they test, and other tests' load on two cores breaks them.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 GVISOR = [t for t in offered_tiers() if t.startswith("gvisor")]
 needs_gvisor = pytest.mark.skipif(not GVISOR, reason="runsc does not run here (needs root and gVisor)")

@@ -17,7 +17,9 @@ from tests.sandbox.attacks import code, guarded
 from tests.sandbox.isolation_support import entries_of_uid, hostile, observed
 from tests.sandbox.tiers import SHORT_LIMITS, box_for, tier_settings
 
-pytestmark = pytest.mark.slow  # real sandboxed children under attack: left out of `make test-fast`
+# Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
+# wall and CPU limits are what they test, and other tests' load on two cores breaks them.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 GIB = 1024**3
 
@@ -234,6 +236,7 @@ def _needs_case_limits(tier: str) -> None:
         pytest.skip("no writable cgroups here: per-process rlimits only (documented)")
 
 
+# (serial: 13 forks must fill 5 GiB within 2.2 s: other tests' CPU load starves them)
 def test_memory_multiplied_by_forks_is_bounded_for_the_case(tier: str) -> None:
     """13 processes of 400 MiB each (5.2 GiB) fit every per-process limit; the case's group
     (1 GiB in these tests) stops them."""
@@ -275,6 +278,7 @@ def test_memory_multiplied_by_forks_is_bounded_for_the_case(tier: str) -> None:
     assert run.extra.get("oom_kills", 0) >= 1 or run.extra.get("memory_limit_hits", 0) >= 1
 
 
+# (serial: plain tiers write to the host's /dev/shm: another test's bomb- files would count)
 def test_dev_shm_bomb_fails(tier: str) -> None:
     """3 GiB into /dev/shm, 16 MiB files at a time (the file-size limit)."""
     source = guarded("""
@@ -317,6 +321,7 @@ def test_dev_is_read_only_and_shm_is_capped(tier: str) -> None:
     assert not os.path.exists("/dev/owned")
 
 
+# (serial: counts the host's /dev/shm, where a concurrent inode bomb leaves thousands for a moment)
 def test_inode_bomb_leaves_nothing_on_the_host(tier: str) -> None:
     source = guarded("""
         import tempfile
@@ -387,6 +392,7 @@ def test_cpu_time_spread_over_forks_is_bounded_for_the_case(tier: str) -> None:
     assert run.wall_seconds < 60.0
 
 
+# (serial: a scan of /proc must catch the case's processes within their second of life)
 def test_every_process_of_a_case_is_in_its_control_group(tier: str) -> None:
     _needs_case_limits(tier)
     box = box_for(tier, guards=False)

@@ -46,6 +46,7 @@ def _cgroup_parents_named(pid: int) -> list[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # counts control groups on the host
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stop_signal_leaves_no_staging_directory_or_control_group(tmp_path: Path, sig: int) -> None:
     process, url = _start({}, tmp_path)
@@ -67,6 +68,7 @@ def test_stop_signal_leaves_no_staging_directory_or_control_group(tmp_path: Path
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # counts control groups on the host
 def test_start_removes_leftovers_of_dead_services_only(tmp_path: Path) -> None:
     dead = tmp_path / "scaling-grader-stage-dead"
     dead.mkdir()
@@ -103,6 +105,7 @@ def _tenants_env(tmp_path: Path, tier: str = "plain", **extra: str) -> dict[str,
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # counts control groups on the host
 def test_plain_tier_is_refused_for_a_multi_tenant_service(tmp_path: Path) -> None:
     process, _ = _start(_tenants_env(tmp_path), tmp_path)
     out, _ = process.communicate(timeout=120)
@@ -113,6 +116,7 @@ def test_plain_tier_is_refused_for_a_multi_tenant_service(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # counts control groups on the host
 def test_plain_tier_runs_for_a_multi_tenant_service_only_when_allowed(tmp_path: Path) -> None:
     env = _tenants_env(tmp_path, SCALING_GRADER_SANDBOX__ALLOW_PLAIN="true")
     process, url = _start(env, tmp_path)
@@ -127,6 +131,7 @@ def test_plain_tier_runs_for_a_multi_tenant_service_only_when_allowed(tmp_path: 
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # counts control groups on the host
 def test_worker_refuses_the_plain_tier_with_a_tenants_file(tmp_path: Path) -> None:
     env = {**os.environ, **_tenants_env(tmp_path), "TMPDIR": str(tmp_path),
            "SCALING_GRADER_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}

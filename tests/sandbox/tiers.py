@@ -4,6 +4,10 @@ child), with short limits so that the time-outs in the adversarial suite cost se
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
 
 from app.sandbox.launch import SandboxFault
 from app.sandbox.pool import Sandbox, get_sandbox
@@ -50,9 +54,41 @@ def tier_settings(tier: str, *, guards: bool = True, **overrides: object) -> San
     )
 
 
+# Probing starts a child per tier and launcher: seconds each on a loaded machine. A run whose -m
+# leaves out the tier-parametrised tests (all marked slow and serial) skips it (tests/conftest.py),
+# and under pytest -n the controller probes once and hands the result to every worker, so all
+# workers collect the same tests.
+_probe = {"wanted": True}
+_probed: dict[str, Any] = {}
+
+
+def skip_probing() -> None:
+    """No tier is offered in this run: its tier-parametrised tests are all deselected."""
+    _probe["wanted"] = False
+
+
+def probed() -> dict[str, Any]:
+    """The probe's result, to hand to another process (`use_probed`)."""
+    return {"offered": list(offered_tiers()), "launched": [[str(t), t.launcher] for t in launched_tiers()]}
+
+
+def use_probed(result: dict[str, Any]) -> None:
+    _probed.update(offered=tuple(result["offered"]),
+                   launched=tuple(LaunchedTier(name, launcher) for name, launcher in result["launched"]))
+
+
+def first_tier() -> str:
+    """The strongest offered tier; `plain` (never run) when the run does not probe."""
+    return (offered_tiers() or ("plain",))[0]
+
+
 @functools.cache
 def offered_tiers() -> tuple[str, ...]:
     """Tiers whose probe child ran a case on this machine."""
+    if "offered" in _probed:
+        return _probed["offered"]  # type: ignore[no-any-return]
+    if not _probe["wanted"]:
+        return ()
     offered = []
     for tier in ALL_TIERS:
         try:
@@ -67,6 +103,8 @@ def offered_tiers() -> tuple[str, ...]:
 def launched_tiers() -> tuple[LaunchedTier, ...]:
     """Every offered tier with a fresh interpreter per case, and again forked from a zygote
     where the fork server serves that tier on this machine."""
+    if "launched" in _probed:
+        return _probed["launched"]  # type: ignore[no-any-return]
     out = []
     for tier in offered_tiers():
         exec_tier = LaunchedTier(tier, "exec")
@@ -85,6 +123,26 @@ def forked_tier(tier: str) -> bool:
 
 def fork_tiers() -> tuple[LaunchedTier, ...]:
     return tuple(t for t in launched_tiers() if t.launcher == "forkserver")
+
+
+# The two launchers run the same harness (Python guards, result channel, value encoding) under the
+# same service-side limits (output cap, result size); they differ only in how a case's process is
+# made: uid, namespaces, rlimits, control group, inherited fds and environment. These attacks meet
+# only the shared part, so on a forked tier they run on the fork server (the default launcher) and
+# not again with a fresh interpreter; gVisor's tiers, never forked, run them with theirs.
+LAUNCHER_NEUTRAL = frozenset({"output_flood_100mb", "return_nan", "return_huge_list", "lying_eq",
+                              "monkeypatch_builtins_and_harness"})
+
+
+def attack_matrix(tiers: Iterable[LaunchedTier], attacks: Iterable[Any], *, neutral: Iterable[str] = ()) -> list[Any]:
+    """(tier, attack) parameters: every attack on every tier's default launcher, and on the exec
+    launcher of a forked tier unless the attack is launcher-neutral (LAUNCHER_NEUTRAL, or the
+    extra names given: attacks the Python guards stop before the process layer is reached)."""
+    skip = LAUNCHER_NEUTRAL | set(neutral)
+    forked = {str(t) for t in fork_tiers()}
+    attacks = list(attacks)
+    return [pytest.param(t, a, id=f"{t.id}-{a.name}") for t in tiers for a in attacks
+            if not (t.launcher == "exec" and t in forked and a.name in skip)]
 
 
 def box_for(tier: str, *, guards: bool = True) -> Sandbox:

@@ -9,6 +9,7 @@ prepares (downloading its dependencies), which a test machine need not allow."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -69,13 +70,21 @@ print(json.dumps(out))
 def venv_python() -> Path:
     python = VENV / "bin" / "python"
     marker = VENV / "installed"
-    if not marker.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
-        done = subprocess.run([str(python), "-m", "pip", "install", "-q", f"verifiers=={VERSION}", "-e", str(ROOT),
-                               "-e", str(ROOT / "scaling_book")], capture_output=True, text=True, timeout=1500)
-        assert done.returncode == 0, done.stderr[-3000:]
-        marker.write_text(VERSION)
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    # Under pytest -n both tests may start at once on two workers: one builds, the other waits.
+    with open(VENV.parent / f"verifiers-{VERSION}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            _build(python, marker)
     return python
+
+
+def _build(python: Path, marker: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", f"verifiers=={VERSION}", "-e", str(ROOT),
+                           "-e", str(ROOT / "scaling_book")], capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    marker.write_text(VERSION)
 
 
 @pytest.mark.slow

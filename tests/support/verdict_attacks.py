@@ -19,7 +19,7 @@ from app.settings import ImplSettings, SandboxSettings, Settings
 from app.tasks import registry
 from app.tasks.impl.exercises import BY_NAME
 from app.tasks.impl.spec import Case
-from tests.sandbox.tiers import offered_tiers, tier_settings
+from tests.sandbox.tiers import first_tier, tier_settings
 
 # Longer limits than the sandbox suite's: JAX cases and the trusted check must not time out on a
 # loaded machine; the default result caps (not the suite's) are what is under test here. A fixed
@@ -27,7 +27,7 @@ from tests.sandbox.tiers import offered_tiers, tier_settings
 _DEFAULTS = SandboxSettings()
 SETTINGS = Settings(
     sandbox=tier_settings(
-        offered_tiers()[0], wall_seconds=20.0, cpu_seconds=8.0, max_result_items=_DEFAULTS.max_result_items,
+        first_tier(), wall_seconds=20.0, cpu_seconds=8.0, max_result_items=_DEFAULTS.max_result_items,
         max_result_bytes=_DEFAULTS.max_result_bytes, max_output_bytes=_DEFAULTS.max_output_bytes,
     ),
     impl=ImplSettings(case_secret="verdict-attack-suite"),
