@@ -101,14 +101,23 @@ class Stack:
             return []
 
     def wait_for_workers(self, n: int, timeout: float = 240) -> list[dict]:
+        """Wait until n worker processes are live, each with all its lanes; their first lanes'
+        records (a worker's first lane bears the worker's name)."""
         deadline = time.monotonic() + timeout
-        workers: list[dict] = []
+        records: list[dict] = []
         while time.monotonic() < deadline:
-            workers = self.live_workers()
-            if len(workers) == n:
-                return workers
+            records = self.live_workers()
+            firsts = [w for w in records if w.get("lane", 1) == 1]
+            if len(firsts) == n and len(records) == sum(w.get("lanes", 1) for w in firsts):
+                return firsts
             time.sleep(1)
-        raise AssertionError(f"{len(workers)} live workers, expected {n}: {json.dumps(workers)[:500]}")
+        raise AssertionError(f"{len(records)} live lanes, expected {n} workers: {json.dumps(records)[:500]}")
+
+    def worker_of(self, lane_name: str) -> str:
+        """The worker (process) name of one of its lanes: NAME for NAME, NAME-2, ..."""
+        lane = next(w for w in self.live_workers() if w["name"] == lane_name)
+        return next(w["name"] for w in self.live_workers()
+                    if w["hostname"] == lane["hostname"] and w["pid"] == lane["pid"] and w.get("lane", 1) == 1)
 
     def container_of(self, worker_name: str) -> str:
         """The container running a worker (its hostname is the container id's first 12 digits)."""

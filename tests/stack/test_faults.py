@@ -31,6 +31,7 @@ def test_kill_9_of_a_worker_container_during_60_impl_jobs(client: httpx.Client, 
     while time.monotonic() < deadline and len(collect(client, list(expected), 0)) < 5:
         time.sleep(0.5)
     victim = stack.containers("worker")[0]
+    victim_lanes = next(w["lanes"] for w in stack.wait_for_workers(stack.workers) if victim.startswith(w["hostname"]))
     run("docker", "kill", "--signal", "KILL", victim)
     try:
         results = collect(client, list(expected), timeout=420)
@@ -40,9 +41,9 @@ def test_kill_9_of_a_worker_container_during_60_impl_jobs(client: httpx.Client, 
     for job_id, body in results.items():
         assert body["status"] == "finished"
         assert body["result"]["reward"] == expected[job_id], body["result"]["explanation"]
-    # none ran twice, except the one job the killed worker held (re-run by another worker)
+    # none ran twice, except the jobs the killed worker held, one per lane (re-run by another worker)
     reruns = sum(body["result"]["details"]["attempt"] - 1 for body in results.values())
-    assert reruns <= 1
+    assert reruns <= victim_lanes
 
 
 def test_restarting_redis_mid_queue_loses_no_queued_job(client: httpx.Client, stack: Stack) -> None:
@@ -92,7 +93,7 @@ def test_scaling_workers_from_2_to_3_on_the_fly(client: httpx.Client, stack: Sta
         ids = [submit(client, RIGHT, f"scale-{tag}-{i}") for i in range(12)]
         results = collect(client, ids, timeout=300)
         assert len(results) == 12 and all(b["result"]["reward"] == 1.0 for b in results.values())
-        ran_on = {stack.job_worker(job_id) for job_id in ids}
+        ran_on = {stack.worker_of(stack.job_worker(job_id)) for job_id in ids}
         assert newcomer in ran_on, f"the new worker took none of the jobs (ran on {ran_on})"
     finally:
         stack.scale_workers(stack.workers)
