@@ -9,7 +9,8 @@
 #   deploy/stack.sh workers N  N workers only, for a worker host (REDIS_URL names the API host's Redis)
 #   deploy/stack.sh test     up with tests/stack/compose.test.yml (fake judge, short heartbeats),
 #                            the end-to-end tests in tests/stack, then down
-# Variables: PORT (8000), WORKERS (2), STACK_NAME (compose project, scaling-grader), EXTRA_COMPOSE
+# Variables: PORT (8000), WORKERS (2), WORKER_JOBS (jobs per worker; default: the cores / WORKERS),
+# STACK_NAME (compose project, scaling-grader), EXTRA_COMPOSE
 # (more compose files, space-separated), KEEP_STACK=1
 # (test: leave the stack running), PYTEST (test: the pytest to run).
 set -euo pipefail
@@ -20,6 +21,9 @@ STATE=$BUILD/stack
 export PORT=${PORT:-8000}
 export COMPOSE_PROJECT_NAME=${STACK_NAME:-scaling-grader}
 WORKERS=${WORKERS:-2}
+# The WORKERS workers share this host's cores: each runs as many jobs at once as its share (at
+# least one), not one per core of the whole host each (docs/deployment.md, "Sizing workers").
+export WORKER_JOBS=${WORKER_JOBS:-$(( ($(nproc) + WORKERS - 1) / WORKERS ))}
 COMPOSE_FILES=(-f docker-compose.yml)
 for extra in ${EXTRA_COMPOSE:-}; do COMPOSE_FILES+=(-f "$extra"); done  # e.g. deploy/compose.redis-published.yml
 TEST_OVERLAY=tests/stack/compose.test.yml
