@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import cache
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -55,8 +56,9 @@ def _quota_v1(directory: Path) -> float | None:
         return None
 
 
-def _groups(proc_cgroup: Path) -> dict[str, str]:
-    """Controller -> group path from /proc/self/cgroup ("" is the v2 unified hierarchy)."""
+def own_cgroups(proc_cgroup: Path = PROC_CGROUP) -> dict[str, str]:
+    """Controller -> group path from /proc/self/cgroup ("" is the v2 unified hierarchy); empty
+    when it cannot be read."""
     groups: dict[str, str] = {}
     for line in (_read(proc_cgroup) or "").splitlines():
         parts = line.split(":", 2)
@@ -72,7 +74,7 @@ def cgroup_cpu_quota(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) 
     None without one. Inside a container with a cgroup namespace of its own the group is "/", the
     container's own; where the mount shows only the container's group (v1, no namespace) the
     group's path does not exist below it, and the mount's own files are the container's."""
-    groups = _groups(proc_cgroup)
+    groups = own_cgroups(proc_cgroup)
     quotas: list[float] = []
     if "" in groups:  # cgroup v2: one hierarchy
         for level in _ancestry(root / groups[""].lstrip("/"), root):
@@ -96,3 +98,10 @@ def available_cpus(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP, af
     if quota is not None:
         cpus = min(cpus, math.ceil(quota))
     return max(1, cpus)
+
+
+@cache
+def cores_given() -> int:
+    """available_cpus() of this process, read once: the settings resolve their per-core defaults
+    from it on every impl grade, and affinity and quota are set before a service starts."""
+    return available_cpus()

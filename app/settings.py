@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.cpus import available_cpus
+from app.cpus import cores_given
 
 CASES_PER_CORE = 4  # the default MAX_CONCURRENT_CASES per core
 
@@ -72,7 +72,7 @@ class QueueSettings(BaseModel):
     @property
     def worker_lanes(self) -> int:
         """WORKER_JOBS in force (0 resolved to the cores this process is given)."""
-        return self.worker_jobs or available_cpus()
+        return self.worker_jobs or cores_given()
 
 
 class JudgeSettings(BaseModel):
@@ -168,13 +168,13 @@ class SandboxSettings(BaseModel):
     def _resolve_case_cap(self) -> SandboxSettings:
         # Resolved here, not where it is used: the sandbox sizes its semaphore from the field.
         if self.max_concurrent_cases == 0:
-            self.max_concurrent_cases = CASES_PER_CORE * available_cpus()
+            self.max_concurrent_cases = CASES_PER_CORE * cores_given()
         return self
 
     @property
     def parallel_cases(self) -> int:
         """MAX_PARALLEL_CASES in force (0 resolved to twice the CPUs this process is given)."""
-        return self.max_parallel_cases or 2 * available_cpus()
+        return self.max_parallel_cases or 2 * cores_given()
 
 
 class ImplSettings(BaseModel):

@@ -23,13 +23,23 @@ import time
 import uuid
 from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from worker.main import GradingWorker
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 _REPEAT_SIGNAL_SECONDS = 1.0  # RQ's rule: a second signal this soon is the same request (a pool sends two)
+
+
+class Lane(Protocol):
+    """What the lanes need of a lane's RQ worker (worker.main.GradingWorker)."""
+
+    name: str
+    holding: str | None  # the job id it runs now
+
+    def work(self, *, burst: bool = ..., with_scheduler: bool = ..., logging_level: str | None = ...) -> bool: ...
+
+    def request_warm_stop(self) -> None: ...
+
+    def register_death(self) -> None: ...
 
 
 def lane_names(name: str | None, lanes: int) -> list[str]:
@@ -39,7 +49,7 @@ def lane_names(name: str | None, lanes: int) -> list[str]:
 
 
 class Lanes:
-    def __init__(self, workers: Sequence[GradingWorker]) -> None:
+    def __init__(self, workers: Sequence[Lane]) -> None:
         self.workers = list(workers)
         self._stop = threading.Event()
         self._stop_at = 0.0
@@ -65,7 +75,7 @@ class Lanes:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def _work(self, worker: GradingWorker, burst: bool) -> None:
+    def _work(self, worker: Lane, burst: bool) -> None:
         ended_well = False
         try:
             worker.work(burst=burst, with_scheduler=False, logging_level="INFO")

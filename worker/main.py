@@ -21,7 +21,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
 
-from app.cpus import available_cpus
+from app.cpus import cores_given
 from app.graders.impl import sandbox_status
 from app.jobs import presence
 from app.jobs.worker_registry import record_sandbox_tier
@@ -140,9 +140,8 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
     return worker
 
 
-def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None,
-        jobs: int | None = None) -> int:
-    """jobs: lanes (jobs at once); None: QUEUE__WORKER_JOBS; 0: the cores this process is given."""
+def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = False, name: str | None = None) -> int:
+    """Lanes (jobs at once): QUEUE__WORKER_JOBS, 0 meaning the cores this process is given."""
     if not logging.getLogger().handlers:  # RQ configures only its own logger, in work()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("rq.worker").addFilter(_QuietMaintenance())
@@ -152,11 +151,11 @@ def run(settings: Settings, queues: tuple[str, ...] = QUEUES, burst: bool = Fals
         if refusal:
             log.error("refusing to start: %s", refusal)
             return 2
-    lanes = (jobs if jobs is not None else settings.queue.worker_jobs) or available_cpus()
+    lanes = settings.queue.worker_lanes
     workers = [build_worker(settings, queues, lane) for lane in lane_names(name, lanes)]
     label = workers[0].name
     log.info("worker %s: %d lane(s) (jobs at once) on %d core(s) given; at most %d sandbox cases at once",
-             label, lanes, available_cpus(), settings.sandbox.max_concurrent_cases)
+             label, lanes, cores_given(), settings.sandbox.max_concurrent_cases)
     sandbox = None
     if "impl" in queues:
         # Probe the isolation tiers and start the warm pool before taking the first job, and say

@@ -30,4 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         # Grades run here, not in the API: scrape each worker for its grade counts and latencies.
         start_http_server(args.metrics_port, addr=args.metrics_host, registry=REGISTRY)
-    return run_worker(get_settings(), queues, burst=args.burst, name=args.name, jobs=args.jobs)
+    settings = get_settings()
+    if args.jobs is not None:  # the flag stands for QUEUE__WORKER_JOBS
+        settings = settings.model_copy(update={"queue": settings.queue.model_copy(update={"worker_jobs": args.jobs})})
+    return run_worker(settings, queues, burst=args.burst, name=args.name)

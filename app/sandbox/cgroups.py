@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.cpus import own_cgroups
 from app.sandbox.owners import current_owner, owner_alive
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -38,16 +39,6 @@ _PARENT_NAME = re.compile(r"scaling-grader-cases-(\d+)-(\d+)-(\d+)")
 _V1_CONTROLLERS = ("memory", "pids", "cpuacct")
 _UNLIMITED = "max"
 _hosts = itertools.count()
-
-
-def _own_paths() -> dict[str, str]:
-    """Controller (or "" for v2) -> this process's group path, from /proc/self/cgroup."""
-    paths = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        for c in controllers.split(",") if controllers else [""]:
-            paths[c] = path
-    return paths
 
 
 def _write(path: Path, value: str | int) -> None:
@@ -252,9 +243,8 @@ class CgroupHost:
         needs; None otherwise (the caller then relies on rlimits)."""
         if os.geteuid() != 0:
             return None
-        try:
-            own = _own_paths()
-        except OSError:
+        own = own_cgroups()
+        if not own:
             return None
         # Unique within the process too: a throwaway host (stale clean-up) never shares a
         # parent with the one the sandboxes use.

@@ -6,7 +6,6 @@ others, and the automatic lane count follows the CPUs the process is given."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import time
@@ -19,23 +18,13 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from app.cpus import available_cpus
-from app.tasks.impl import reference
+from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, collect, completion
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker
 
 pytestmark = pytest.mark.slow  # real workers, servers and sandboxes
 
-EXERCISE = "critical_batch_size"
-FAST_QUEUE = {"SCALING_GRADER_QUEUE__HEARTBEAT_INTERVAL": "1", "SCALING_GRADER_QUEUE__HEARTBEAT_GRACE": "2",
-              "SCALING_GRADER_QUEUE__MAINTENANCE_INTERVAL": "1", "SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "1"}
-
-
-def completion(source: str) -> str:
-    return f"Here is my implementation.\n\n```python\n{source}\n```\n"
-
-
-RIGHT = completion(inspect.getsource(getattr(reference, EXERCISE)))
 # Right, but every case takes a second: a job holds its lane long enough to be caught holding it.
 SLOW_RIGHT = completion(
     "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
@@ -70,19 +59,6 @@ def _submit(client: httpx.Client, text: str, request_id: str) -> str:
                                        "request_id": request_id, "all_or_nothing": True})
     assert r.status_code == 202, r.text
     return str(r.json()["job_id"])
-
-
-def _collect(client: httpx.Client, job_ids: list[str], timeout: float) -> dict[str, dict]:
-    results: dict[str, dict] = {}
-    deadline = time.monotonic() + timeout
-    while len(results) < len(job_ids) and time.monotonic() < deadline:
-        for job_id in job_ids:
-            if job_id not in results:
-                body = client.get(f"/v1/jobs/{job_id}", params={"wait": 0}).json()
-                if body["status"] in ("finished", "failed"):
-                    results[job_id] = body
-        time.sleep(0.2)
-    return results
 
 
 def _holders(redis_server: RedisServer, job_ids: list[str]) -> dict[str, str]:
@@ -123,7 +99,7 @@ def test_a_worker_runs_as_many_jobs_at_once_as_it_has_lanes(redis_server, lanes)
         job_ids = [_submit(client, SLOW_RIGHT, f"overlap-{i}") for i in range(4)]
         worker = start_worker(redis_server.url, "lanes", FAST_QUEUE, jobs=lanes)
         try:
-            results = _collect(client, job_ids, timeout=240)
+            results = collect(client, job_ids, timeout=240)
             registered = {w.name for w in Worker.all(connection=redis_server.client(), serializer=JSONSerializer)}
         finally:
             stop_worker(worker)
@@ -173,12 +149,12 @@ def test_killing_a_worker_reruns_every_job_its_lanes_held(redis_server) -> None:
             begun = {job_id: _attempts(redis_server, job_id) for job_id in held}
             assert set(held.values()) == {"victim", "victim-2"}, held  # both lanes held a job
             survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE, jobs=2)
-            _collect(client, job_ids, timeout=240)
+            collect(client, job_ids, timeout=240)
             deadline = time.monotonic() + 60  # until RQ has closed every job (a result may precede it)
             while time.monotonic() < deadline and any(
                     _rq_job(redis_server, job_id).get_status() != "finished" for job_id in job_ids):
                 time.sleep(0.2)
-            results = _collect(client, job_ids, timeout=10)
+            results = collect(client, job_ids, timeout=10)
         finally:
             stop_worker(victim)
             if survivor is not None:
@@ -203,7 +179,7 @@ def test_a_warm_stop_finishes_the_jobs_in_hand_and_takes_no_more(redis_server) -
             assert worker.wait(timeout=120) == 0
         finally:
             stop_worker(worker)
-        results = _collect(client, list(held), timeout=10)
+        results = collect(client, list(held), timeout=10)
         connection = redis_server.client()
         assert Worker.all(connection=connection, serializer=JSONSerializer) == []  # both lanes deregistered
         assert client.get("/readyz").json()["workers"] == []  # and their presence withdrawn
@@ -235,7 +211,7 @@ def test_a_cold_stop_leaves_the_jobs_to_another_worker_and_writes_no_result(redi
             assert [connection.get(f"sg:result:{job_id}") for job_id in held] == [None, None]
             assert Worker.all(connection=connection, serializer=JSONSerializer) == []  # lanes deregistered
             survivor = start_worker(redis_server.url, "after-cold", FAST_QUEUE, jobs=2)
-            results = _collect(client, job_ids, timeout=180)
+            results = collect(client, job_ids, timeout=180)
         finally:
             stop_worker(worker)
             if survivor is not None:
@@ -256,7 +232,7 @@ def test_the_backstop_deadline_fires_in_a_lane_and_spares_the_other(redis_server
         try:
             _wait_for_holders(redis_server, [hung], 1)
             right = _submit(client, RIGHT, "deadline-right")  # taken by the other lane meanwhile
-            results = _collect(client, [hung, right], timeout=120)
+            results = collect(client, [hung, right], timeout=120)
             alive = worker.poll() is None
         finally:
             stop_worker(worker)

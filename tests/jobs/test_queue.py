@@ -3,7 +3,6 @@ Redis restarts, Redis outages, in-flight caps. No job a client submitted may be 
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import time
@@ -11,42 +10,19 @@ import time
 import httpx
 import pytest
 
-from app.tasks.impl import reference
+from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, collect, completion
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker
 
 pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
 
-EXERCISE = "critical_batch_size"  # the cheapest exercise: few, quick hidden cases
-FAST_QUEUE = {"SCALING_GRADER_QUEUE__HEARTBEAT_INTERVAL": "1", "SCALING_GRADER_QUEUE__HEARTBEAT_GRACE": "2",
-              "SCALING_GRADER_QUEUE__MAINTENANCE_INTERVAL": "1", "SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "1"}
-
-
-def completion(source: str) -> str:
-    return f"Here is my implementation.\n\n```python\n{source}\n```\n"
-
-
-RIGHT = completion(inspect.getsource(getattr(reference, EXERCISE)))
 # Plausibly wrong: forgets that int8 weights halve the bytes per weight.
 WRONG = completion(
     "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
     "    import math\n"
     "    return math.ceil(peak_flops / hbm_bandwidth)\n"
 )
-
-
-def _collect(client: httpx.Client, job_ids: list[str], timeout: float) -> dict[str, dict]:
-    results: dict[str, dict] = {}
-    deadline = time.monotonic() + timeout
-    while len(results) < len(job_ids) and time.monotonic() < deadline:
-        for job_id in job_ids:
-            if job_id not in results:
-                body = client.get(f"/v1/jobs/{job_id}", params={"wait": 0}).json()
-                if body["status"] in ("finished", "failed"):
-                    results[job_id] = body
-        time.sleep(0.2)
-    return results
 
 
 KILL_TEST_JOBS = 8  # jobs left for the survivor once the victim is killed holding one
@@ -85,7 +61,7 @@ def test_killed_worker_loses_no_job(redis_server) -> None:
             assert held is not None, "the victim never took a job"
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
-            results = _collect(client, list(submitted), timeout=240)
+            results = collect(client, list(submitted), timeout=240)
         finally:
             stop_worker(victim)
             stop_worker(survivor)
@@ -113,7 +89,7 @@ def test_jobs_survive_a_redis_restart(redis_server) -> None:
         redis_server.start()  # same port, same directory: the AOF brings the queue back
         worker = start_worker(redis_server.url, "after-restart", FAST_QUEUE)
         try:
-            results = _collect(client, job_ids, timeout=120)
+            results = collect(client, job_ids, timeout=120)
         finally:
             stop_worker(worker)
         assert len(results) == 6 and all(b["result"]["reward"] == 1.0 for b in results.values())

@@ -3,13 +3,15 @@ its directories removed afterwards by the remover thread, never left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app.sandbox.cgroups import CgroupHost, drain_removals, shared_cgroup_host
+from app.sandbox.cgroups import CaseCgroup, CgroupHost, drain_removals, shared_cgroup_host
 from app.sandbox.pool import get_sandbox
 from app.settings import SandboxSettings
 
@@ -29,20 +31,28 @@ def _case_dirs(host: CgroupHost) -> list[Path]:
     return [d for parent in host.parents.values() for d in parent.iterdir() if d.is_dir()]
 
 
-def test_empty_kills_what_the_case_left_and_leaves_the_directories(host: CgroupHost) -> None:
-    group = host.create()
+@contextlib.contextmanager
+def _stray_in(group: CaseCgroup) -> Iterator[subprocess.Popen[bytes]]:
+    """A process placed in every directory of the group, as one a case left behind."""
     stray = subprocess.Popen(["sleep", "60"])
     try:
         for procs in group.procs_files:
             Path(procs).write_text(str(stray.pid))
+        yield stray
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+            stray.wait()
+
+
+def test_empty_kills_what_the_case_left_and_leaves_the_directories(host: CgroupHost) -> None:
+    group = host.create()
+    with _stray_in(group) as stray:
         assert group.pids() == [stray.pid]
         assert group.empty() is True
         assert stray.wait(timeout=5) == -9
         assert group.pids() == []
         assert all(d.is_dir() for d in group.dirs.values())  # removal is not its job
-    finally:
-        if stray.poll() is None:
-            stray.kill()
     group.remove_later()
     assert drain_removals(10)
     assert not any(d.exists() for d in group.dirs.values())
@@ -51,17 +61,11 @@ def test_empty_kills_what_the_case_left_and_leaves_the_directories(host: CgroupH
 def test_remove_later_kills_a_task_that_entered_after_the_case(host: CgroupHost) -> None:
     """The remover never leaves a group because something is in it: it kills, then removes."""
     group = host.create()
-    stray = subprocess.Popen(["sleep", "60"])
-    try:
-        for procs in group.procs_files:
-            Path(procs).write_text(str(stray.pid))
+    with _stray_in(group) as stray:
         group.remove_later()
         assert drain_removals(10)
         assert stray.wait(timeout=5) == -9
         assert not any(d.exists() for d in group.dirs.values())
-    finally:
-        if stray.poll() is None:
-            stray.kill()
 
 
 def test_cases_leave_no_group_behind() -> None:

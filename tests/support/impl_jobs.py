@@ -1,0 +1,36 @@
+"""Queued impl grades as the worker tests post and collect them: the cheapest exercise, queue
+settings that find an abandoned job within seconds, and completions of it."""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import httpx
+
+from app.tasks.impl import reference
+
+EXERCISE = "critical_batch_size"  # the cheapest exercise: few, quick hidden cases
+FAST_QUEUE = {"SCALING_GRADER_QUEUE__HEARTBEAT_INTERVAL": "1", "SCALING_GRADER_QUEUE__HEARTBEAT_GRACE": "2",
+              "SCALING_GRADER_QUEUE__MAINTENANCE_INTERVAL": "1", "SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "1"}
+
+
+def completion(source: str) -> str:
+    return f"Here is my implementation.\n\n```python\n{source}\n```\n"
+
+
+RIGHT = completion(inspect.getsource(getattr(reference, EXERCISE)))
+
+
+def collect(client: httpx.Client, job_ids: list[str], timeout: float) -> dict[str, dict]:
+    """Job id -> the job endpoint's body, for each job that ended within timeout."""
+    results: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout
+    while len(results) < len(job_ids) and time.monotonic() < deadline:
+        for job_id in job_ids:
+            if job_id not in results:
+                body = client.get(f"/v1/jobs/{job_id}", params={"wait": 0}).json()
+                if body["status"] in ("finished", "failed"):
+                    results[job_id] = body
+        time.sleep(0.2)
+    return results
