@@ -24,7 +24,8 @@ _CASE_CPU_MARGIN = 1.25
 class CaseRun:
     """What the parent observed. ``status``: finished (the reporter's final message arrived),
     timeout (wall clock), output_limit, crashed (the sandbox vanished after candidate code
-    started) or sandbox_fault (nothing of the candidate ran)."""
+    started) or sandbox_fault (nothing of the candidate ran, or the child died with the fork
+    server that forked it: see Sandbox._run)."""
 
     status: str
     final: dict[str, Any] | None = None

@@ -151,7 +151,9 @@ class Zygote:
             self.stop()
             raise SandboxFault(f"fork server failed to start: {reply.get('error') or self._stderr()}")
         self.pid = _pid_of(own)  # the zygote's python, as the host sees it
-        os.close(own)
+        # Kept open: it turns readable the moment the zygote's python exits, before bubblewrap
+        # (what popen watches in that tier) has followed it out.
+        self._pidfd = own
 
     @property
     def sys_path(self) -> list[str]:
@@ -181,8 +183,17 @@ class Zygote:
             reply["pidfd"] = fds[0]
         return reply
 
-    def alive(self) -> bool:
-        return self.popen.poll() is None
+    def alive(self, wait: float = 0.0) -> bool:
+        """Whether it still runs; with wait, whether it still runs after that long at most.
+        (The zygote is its namespace's init: killed, it is reported gone only after the kernel
+        has killed every process of its namespace, so a fork may die first.)"""
+        if self.popen.poll() is not None:
+            return False
+        try:
+            exited, _, _ = select.select([self._pidfd], [], [], wait)
+        except (OSError, ValueError):  # closed by stop()
+            return False
+        return not exited
 
     def fork(self, request: dict[str, object], fds: list[int]) -> int:
         """A new case leader for request; returns a pidfd of it."""
@@ -206,6 +217,8 @@ class Zygote:
             self.popen.wait(timeout=10)
         if self.popen.stderr is not None:
             self.popen.stderr.close()
+        with contextlib.suppress(OSError):
+            os.close(self._pidfd)
 
 
 class ForkServers:
@@ -345,7 +358,7 @@ class ForkServers:
             assert f is not None
             os.set_blocking(f.fileno(), False)
         child = Child(process, ours[0], isolation, seccomp, profile, uid, workdir, time.monotonic(), cgroup,
-                      max_message_bytes(sb), forked=True)
+                      max_message_bytes(sb), forked=True, origin_alive=zygote.alive)
         register(child)
         return child
 

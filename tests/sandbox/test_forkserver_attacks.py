@@ -259,3 +259,22 @@ def test_a_dead_zygote_is_replaced_and_no_case_gets_a_wrong_verdict(fork_tier: s
     assert observed(runs[-1]) == 45 and runs[-1].extra.get("launcher") == "forkserver"
     replacement = _zygote(box)
     assert replacement is not zygote and replacement.pid != zygote.pid
+
+
+def test_a_case_that_kills_itself_is_not_taken_for_a_dead_fork_server(fork_tier: str) -> None:
+    """A dead fork server's forks die by SIGKILL and their case is retried as the sandbox's
+    fault; a candidate that SIGKILLs itself (or its whole process group) under a live fork server
+    has ended its own case: it is scored, never retried."""
+    source = code("""
+        import os, signal
+        def attack():
+            os.killpg(0, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+            return 'alive'
+        """)
+    box = box_for(fork_tier, guards=False)
+    box.run(_HONEST, "attack", [], profile="numpy")
+    zygote = _zygote(box)
+    run = box.run(source, "attack", [], profile="numpy")
+    assert run.status != "sandbox_fault", run.fault
+    assert _zygote(box) is zygote

@@ -7,6 +7,7 @@ has no effect on the host."""
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from pathlib import Path
 
@@ -232,7 +233,9 @@ def test_unshare_user_and_network_namespaces_is_denied(tier: str) -> None:
 # ---------------------------------------------------------------- limits for the whole case
 
 def _needs_case_limits(tier: str) -> None:
-    if box_for(tier).limits == "rlimits":
+    box = box_for(tier)
+    box.tier()  # (the case limits are known once the sandbox has probed its tier)
+    if box.limits == "rlimits":
         pytest.skip("no writable cgroups here: per-process rlimits only (documented)")
 
 
@@ -278,15 +281,20 @@ def test_memory_multiplied_by_forks_is_bounded_for_the_case(tier: str) -> None:
     assert run.extra.get("oom_kills", 0) >= 1 or run.extra.get("memory_limit_hits", 0) >= 1
 
 
-# (serial: plain tiers write to the host's /dev/shm: another test's bomb- files would count)
+def _run_tag() -> str:
+    """A prefix no other test (running beside this one) gives its files in a shared directory."""
+    return "t" + os.urandom(6).hex()
+
+
 def test_dev_shm_bomb_fails(tier: str) -> None:
     """3 GiB into /dev/shm, 16 MiB files at a time (the file-size limit)."""
-    source = guarded("""
+    tag = _run_tag()
+    source = guarded(f"""
         chunk = b'\\x01' * (1 << 20)
         written = 0
         try:
             for i in range(3 * 1024 // 16):
-                with open(f'/dev/shm/bomb-{i}', 'wb') as f:
+                with open(f'/dev/shm/{tag}-bomb-{{i}}', 'wb') as f:
                     for _ in range(16):
                         f.write(chunk)
                         written += 1
@@ -294,12 +302,11 @@ def test_dev_shm_bomb_fails(tier: str) -> None:
             return ['stopped', written, type(e).__name__]
         return ['wrote', written, '']
         """)
-    before = set(os.listdir("/dev/shm"))
     run, _ = hostile(box_for(tier, guards=False), source)
     got = observed(run)
     if got is not None:
         assert got[0] == "stopped" and got[1] < 3 * 1024, got
-    assert not {n for n in set(os.listdir("/dev/shm")) - before if n.startswith("bomb-")}
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(tag)]
     if tier.startswith("bubblewrap"):
         assert got is not None and got[1] <= SHORT_LIMITS.get("shm_bytes", 16 << 20) >> 20
 
@@ -321,9 +328,9 @@ def test_dev_is_read_only_and_shm_is_capped(tier: str) -> None:
     assert not os.path.exists("/dev/owned")
 
 
-# (serial: counts the host's /dev/shm, where a concurrent inode bomb leaves thousands for a moment)
 def test_inode_bomb_leaves_nothing_on_the_host(tier: str) -> None:
-    source = guarded("""
+    tag = _run_tag()
+    source = guarded(f"""
         import tempfile
         made = 0
         deadline = time.monotonic() + 1.5
@@ -332,20 +339,20 @@ def test_inode_bomb_leaves_nothing_on_the_host(tier: str) -> None:
             while time.monotonic() < deadline:
                 for d in dirs:
                     for _ in range(200):
-                        open(os.path.join(d, f'i{made}'), 'w').close()
+                        open(os.path.join(d, f'{tag}-i{{made}}'), 'w').close()
                         made += 1
         except OSError as e:
             return ['stopped', made]
         return ['made', made]
         """)
-    shm_before = len(os.listdir("/dev/shm"))
     run, _ = hostile(box_for(tier, guards=False), source)
     got = observed(run)
     assert got is None or got[1] > 0
     uid = run.extra["uid"]
     if uid is not None:
         assert entries_of_uid(uid) == []
-    assert len(os.listdir("/dev/shm")) <= shm_before + 2  # others' files may come and go
+    for place in ("/dev/shm", tempfile.gettempdir()):
+        assert not [n for n in os.listdir(place) if n.startswith(tag)], place
 
 
 def test_fork_bomb_beyond_the_cap_fails(tier: str) -> None:

@@ -1,6 +1,11 @@
 """Shared machinery for the verdict-trust attacks: grade a hostile completion through the real
-grading path (dispatch -> impl grader -> real sandbox children on the strongest tier this machine
-offers), and check that it earned nothing and that nothing of its hidden cases came back."""
+grading path (dispatch -> impl grader -> real sandbox children on the tier the service picks by
+default), and check that it earned nothing and that nothing of its hidden cases came back.
+
+The verdict is decided in the service (decoding, checking, bucketing), the same whatever tier ran
+the child; the attacks therefore run where a default deployment runs them (``tier = "auto"``:
+bubblewrap with seccomp and the fork server where the host offers them), and the one attack whose
+cost depends on the tier is repeated on every tier (test_impl_verdict_attacks.py)."""
 
 from __future__ import annotations
 
@@ -19,17 +24,14 @@ from app.settings import ImplSettings, SandboxSettings, Settings
 from app.tasks import registry
 from app.tasks.impl.exercises import BY_NAME
 from app.tasks.impl.spec import Case
-from tests.sandbox.tiers import first_tier, tier_settings
 
-# Longer limits than the sandbox suite's: JAX cases and the trusted check must not time out on a
-# loaded machine; the default result caps (not the suite's) are what is under test here. A fixed
-# case secret makes every attack's draw the same on every run (the draw itself is not the point).
+# The service's default sandbox (tier, launcher, result caps: what is under test here), with
+# longer limits than the sandbox suite's: JAX cases and the trusted check must not time out on a
+# loaded machine. A fixed case secret makes every attack's draw the same on every run (the draw
+# itself is not the point).
 _DEFAULTS = SandboxSettings()
 SETTINGS = Settings(
-    sandbox=tier_settings(
-        first_tier(), wall_seconds=20.0, cpu_seconds=8.0, max_result_items=_DEFAULTS.max_result_items,
-        max_result_bytes=_DEFAULTS.max_result_bytes, max_output_bytes=_DEFAULTS.max_output_bytes,
-    ),
+    sandbox=_DEFAULTS.model_copy(update={"wall_seconds": 20.0, "cpu_seconds": 8.0}),
     impl=ImplSettings(case_secret="verdict-attack-suite"),
 )
 BUCKETS = {time_bucket(s) for s in (0.0, 5.0, 50.0)}
