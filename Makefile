@@ -19,7 +19,7 @@ endif
 # host-wide counts) run alone afterwards.
 TEST_WORKERS ?= 4
 # worksteal: an idle worker takes tests queued on a busy one, so a few long tests (a fuzz run, a
-# killed worker) do not leave the rest waiting at the end (283 s against 330 s for `load` here).
+# killed worker) do not leave the rest waiting at the end (faster here than `load`).
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist worksteal
 
 .PHONY: serve test test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
