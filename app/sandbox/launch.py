@@ -135,10 +135,13 @@ class Child:
     teardown: Callable[[], dict[str, Any]] | None = None
     extra_tasks: int = 0
     forked: bool = False  # forked by a fork server (zygote.py) rather than started
-    # Whether the fork server that forked it still runs (after waiting at most the seconds
-    # given): its forks die with it, so a case that ends that way ended by no doing of the
-    # candidate's.
-    origin_alive: Callable[[float], bool] | None = None
+    # Whether the fork server that forked it still runs (and is not exiting): its forks die with
+    # it, so a case that ends that way ended by no doing of the candidate's.
+    origin_alive: Callable[[], bool] | None = None
+
+    def fork_server_gone(self) -> bool:
+        """Forked, by a fork server that has died or is dying (this child dies with it)."""
+        return self.origin_alive is not None and not self.origin_alive()
 
 
 def child_env(sb: SandboxSettings, home: str, tmp: str) -> dict[str, str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import signal
 import threading
 import time
 from collections import deque
@@ -234,7 +233,7 @@ class Sandbox:
                 child = queue.popleft()
                 # Died while idle (OOM killer, operator), or about to: forked by a fork server
                 # that has died since (its forks follow it out).
-                if child.popen.poll() is not None or (child.origin_alive is not None and not child.origin_alive(0.0)):
+                if child.popen.poll() is not None or child.fork_server_gone():
                     stale.append(child)
                     child = None
             self._cv.notify_all()
@@ -281,7 +280,7 @@ class Sandbox:
             run.extra.update(facts)
             run.extra["uid"] = child.uid
             run.extra["launcher"] = "forkserver" if child.forked else "exec"
-            if _died_with_its_fork_server(child, run):
+            if run.status == "crashed" and child.fork_server_gone():
                 # A warm fork whose fork server was killed (operator, OOM killer) dies with it,
                 # possibly after it took the case: the sandbox's failure, never the candidate's.
                 run.status, run.final = "sandbox_fault", None
@@ -304,19 +303,6 @@ class Sandbox:
         self._forkservers.stop()
         if self._plan is not None:
             self._plan.cleanup()
-
-
-# How long a crashed fork's fork server is given to be reported gone: it is its namespace's init,
-# reported gone only once the kernel has killed the rest of the namespace (milliseconds).
-_FORK_SERVER_EXIT_SECONDS = 0.5
-
-
-def _died_with_its_fork_server(child: Child, run: CaseRun) -> bool:
-    """A fork that crashed killed by SIGKILL, as a fork server's death kills its forks, while its
-    fork server is dying or dead (a candidate may SIGKILL itself: that costs it the wait only)."""
-    if run.status != "crashed" or child.origin_alive is None or child.popen.poll() != -signal.SIGKILL:
-        return False
-    return not child.origin_alive(_FORK_SERVER_EXIT_SECONDS)
 
 
 def plain_tier_refusal(box: Sandbox, multi_tenant: bool) -> str | None:

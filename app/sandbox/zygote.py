@@ -101,6 +101,20 @@ class ForkedProcess:
         return self.returncode
 
 
+_PF_EXITING = 0x4  # the task flag (linux/sched.h) set as a process starts to exit
+
+
+def _exiting(pid: int) -> bool:
+    """Whether the process has begun to exit (or is gone), from the flags in /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold anything
+    return bool(int(fields[6]) & _PF_EXITING)
+
+
 def _pid_of(pidfd: int) -> int:
     """The process's pid as this service sees it (the zygote may sit in another pid namespace)."""
     with open(f"/proc/self/fdinfo/{pidfd}") as f:
@@ -183,17 +197,18 @@ class Zygote:
             reply["pidfd"] = fds[0]
         return reply
 
-    def alive(self, wait: float = 0.0) -> bool:
-        """Whether it still runs; with wait, whether it still runs after that long at most.
-        (The zygote is its namespace's init: killed, it is reported gone only after the kernel
-        has killed every process of its namespace, so a fork may die first.)"""
+    def alive(self) -> bool:
+        """Whether it runs and is not on its way out. The zygote is its namespace's init: killed,
+        it is reported gone (pidfd, bubblewrap's exit) only after the kernel has killed every
+        process of its namespace, so its forks die first; the exiting flag is set before that."""
         if self.popen.poll() is not None:
             return False
         try:
-            exited, _, _ = select.select([self._pidfd], [], [], wait)
+            exited, _, _ = select.select([self._pidfd], [], [], 0)
         except (OSError, ValueError):  # closed by stop()
             return False
-        return not exited
+        # (not exited: the process is not reaped, so self.pid still names it)
+        return not exited and not _exiting(self.pid)
 
     def fork(self, request: dict[str, object], fds: list[int]) -> int:
         """A new case leader for request; returns a pidfd of it."""
@@ -219,6 +234,7 @@ class Zygote:
             self.popen.stderr.close()
         with contextlib.suppress(OSError):
             os.close(self._pidfd)
+        self._pidfd = -1  # (a closed number may be reused by another file: never select on it)
 
 
 class ForkServers:

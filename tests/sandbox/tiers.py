@@ -77,11 +77,6 @@ def use_probed(result: dict[str, Any]) -> None:
                    launched=tuple(LaunchedTier(name, launcher) for name, launcher in result["launched"]))
 
 
-def first_tier() -> str:
-    """The strongest offered tier; `plain` (never run) when the run does not probe."""
-    return (offered_tiers() or ("plain",))[0]
-
-
 @functools.cache
 def offered_tiers() -> tuple[str, ...]:
     """Tiers whose probe child ran a case on this machine."""
