@@ -18,6 +18,11 @@ endif
 # marked serial (the sandbox suites, whose wall and CPU limits other tests' load would break, and
 # host-wide counts) run alone afterwards.
 TEST_WORKERS ?= 4
+
+# Some machines set PYTHONDONTWRITEBYTECODE: then every pytest worker compiles and rewrites the
+# assertions of every test module again (half its collection time) and every server, worker and
+# command the tests start compiles the service again. The tests' runs keep their bytecode.
+unexport PYTHONDONTWRITEBYTECODE
 # worksteal: an idle worker takes tests queued on a busy one, so a few long tests (a fuzz run, a
 # killed worker) do not leave the rest waiting at the end (faster here than `load`).
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist worksteal
@@ -63,12 +68,26 @@ system-deps: sandbox-deps
 serve: sandbox-deps $(VENV)/.serve
 	$(BIN)/scaling-grader serve --host $(HOST) --port $(PORT)
 
+# The benchmarks' smoke runs (mostly waiting on the servers and sandboxes they start) run beside
+# the parallel part, and mypy (CPU only, at the lowest priority: it touches no sandbox, process or
+# control group) beside the serial part, which uses well under the machine's two cores. Each runs
+# in a process group of its own that an interrupt takes down too; its output is printed when the
+# part beside it is done.
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
-	$(BIN)/mypy
-	$(BIN)/pytest -q -m "not serial" $(PYTEST_PARALLEL)
-	$(BIN)/pytest -q -m serial
-	$(BIN)/python -m bench --smoke
+	@mkdir -p .build; \
+	setsid $(BIN)/python -m bench --smoke > .build/bench-smoke.log 2>&1 & side=$$!; \
+	trap 'kill -TERM -- -$$side 2>/dev/null; exit 130' INT TERM; \
+	$(BIN)/pytest -q -m "not serial" $(PYTEST_PARALLEL); tests=$$?; \
+	wait $$side; beside=$$?; \
+	echo "== benchmark smoke runs (beside the parallel part)"; cat .build/bench-smoke.log; \
+	[ $$tests = 0 ] && [ $$beside = 0 ]
+	@setsid nice -n 19 $(BIN)/mypy > .build/mypy.log 2>&1 & side=$$!; \
+	trap 'kill -TERM -- -$$side 2>/dev/null; exit 130' INT TERM; \
+	$(BIN)/pytest -q -m serial; tests=$$?; \
+	wait $$side; beside=$$?; \
+	echo "== mypy (beside the serial part)"; cat .build/mypy.log; \
+	[ $$tests = 0 ] && [ $$beside = 0 ]
 
 # promtool (Debian's prometheus package, ~300 MB, so not part of `make test`, whose promtool
 # checks skip without it) validating deploy/prometheus*.yml and the Grafana dashboard's queries.

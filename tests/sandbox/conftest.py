@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.sandbox.tiers import fork_tiers, launched_tiers
+from tests.sandbox.tiers import LaunchedTier, fork_tiers, has_filtered_twin, launched_tiers
 
 
 @dataclass
@@ -70,13 +70,21 @@ def _parametrized_by_mark(metafunc: pytest.Metafunc, name: str) -> bool:
     return False
 
 
+def _tiers_for(metafunc: pytest.Metafunc, tiers: Iterable[LaunchedTier]) -> list[LaunchedTier]:
+    """tiers, less those without the seccomp filter whose twin with it runs here when the test is
+    marked filter_neutral (it makes no call the filter acts on: see tiers.FILTER_NEUTRAL)."""
+    neutral = metafunc.definition.get_closest_marker("filter_neutral") is not None
+    return [t for t in tiers if not (neutral and has_filtered_twin(t))]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Each tier twice where the fork server serves it: children started, and children forked.
     if "tier" in metafunc.fixturenames and not _parametrized_by_mark(metafunc, "tier"):
-        metafunc.parametrize("tier", launched_tiers(), ids=lambda t: t.id)
+        metafunc.parametrize("tier", _tiers_for(metafunc, launched_tiers()), ids=lambda t: t.id)
     if "os_tier" in metafunc.fixturenames and not _parametrized_by_mark(metafunc, "os_tier"):
         # Tiers that hold without the Python-level guards: the OS layers alone must contain
         # the attacks there (the plain tier without seccomp relies on the guards for some).
-        metafunc.parametrize("os_tier", [t for t in launched_tiers() if t != "plain"], ids=lambda t: t.id)
+        os_tiers = [t for t in launched_tiers() if t != "plain"]
+        metafunc.parametrize("os_tier", _tiers_for(metafunc, os_tiers), ids=lambda t: t.id)
     if "fork_tier" in metafunc.fixturenames:
-        metafunc.parametrize("fork_tier", fork_tiers(), ids=lambda t: t.id)
+        metafunc.parametrize("fork_tier", _tiers_for(metafunc, fork_tiers()), ids=lambda t: t.id)

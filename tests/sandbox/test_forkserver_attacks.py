@@ -55,6 +55,7 @@ def _still_serves(box: Sandbox, zygote: Zygote) -> None:
 
 # ---------------------------------------------------------------- nothing passes between forks
 
+@pytest.mark.filter_neutral
 def test_module_state_and_numpy_patches_do_not_reach_a_later_case(fork_tier: str) -> None:
     box = box_for(fork_tier, guards=False)
     token = "planted-" + os.urandom(6).hex()
@@ -81,6 +82,7 @@ def test_module_state_and_numpy_patches_do_not_reach_a_later_case(fork_tier: str
     assert zygote is None or _zygote(box) is zygote  # both were forks of the one zygote
 
 
+@pytest.mark.filter_neutral
 @pytest.mark.parametrize("place", ["/tmp", "/dev/shm", "$TMPDIR", "$HOME"])
 def test_files_of_one_fork_are_gone_for_the_next(fork_tier: str, place: str) -> None:
     box = box_for(fork_tier, guards=False)
@@ -102,6 +104,7 @@ def test_files_of_one_fork_are_gone_for_the_next(fork_tier: str, place: str) -> 
         assert not os.path.exists(os.path.join(place, token))  # nor is it on the host
 
 
+@pytest.mark.filter_neutral
 def test_a_fork_has_private_tmp_and_shm(fork_tier: str) -> None:
     """Two cases at once: each sees an empty /tmp and /dev/shm of its own (bubblewrap), or its own
     private TMPDIR (plain)."""
@@ -163,6 +166,7 @@ def test_zygote_cannot_be_signalled_traced_or_read(fork_tier: str) -> None:
     _still_serves(box, zygote)
 
 
+@pytest.mark.filter_neutral
 def test_a_case_that_kills_its_own_processes_leaves_the_zygote_unharmed(fork_tier: str) -> None:
     box = box_for(fork_tier, guards=False)
     box.run(_HONEST, "attack", [], profile="numpy")
@@ -183,6 +187,7 @@ def test_a_case_that_kills_its_own_processes_leaves_the_zygote_unharmed(fork_tie
 
 # ---------------------------------------------------------------- exhaustion and leftovers
 
+@pytest.mark.filter_neutral
 def test_memory_and_task_exhaustion_stay_in_the_case(fork_tier: str) -> None:
     box = box_for(fork_tier, guards=False)
     box.run(_HONEST, "attack", [], profile="numpy")
@@ -215,6 +220,7 @@ def test_memory_and_task_exhaustion_stay_in_the_case(fork_tier: str) -> None:
     _still_serves(box, zygote)
 
 
+@pytest.mark.filter_neutral
 def test_threads_and_children_left_running_do_not_survive(fork_tier: str) -> None:
     """A case starts a thread and a detached child that would write into /tmp later; both die
     with the case, the zygote stays single-threaded, and the next case finds nothing."""
@@ -247,6 +253,7 @@ def test_threads_and_children_left_running_do_not_survive(fork_tier: str) -> Non
 
 # ---------------------------------------------------------------- a zygote that dies
 
+@pytest.mark.filter_neutral
 def test_a_dead_zygote_is_replaced_and_no_case_gets_a_wrong_verdict(fork_tier: str) -> None:
     box = box_for(fork_tier)
     box.run(_HONEST, "attack", [], profile="numpy")
@@ -261,6 +268,7 @@ def test_a_dead_zygote_is_replaced_and_no_case_gets_a_wrong_verdict(fork_tier: s
     assert replacement is not zygote and replacement.pid != zygote.pid
 
 
+@pytest.mark.filter_neutral
 def test_a_case_that_kills_itself_is_not_taken_for_a_dead_fork_server(fork_tier: str) -> None:
     """A dead fork server's forks die by SIGKILL and their case is retried as the sandbox's
     fault; a candidate that SIGKILLs itself (or its whole process group) under a live fork server

@@ -46,11 +46,13 @@ def _is_seccomp(tier: str) -> bool:
 
 # ---------------------------------------------------------------- memory of other processes
 
+@pytest.mark.filter_neutral
 def test_init_injection_through_proc_1_mem_fails(tier: str) -> None:
     run, _ = hostile(box_for(tier, guards=False), _INJECT_INIT, [1])
     _denied(observed(run))
 
 
+@pytest.mark.filter_neutral
 def test_reporter_injection_through_proc_mem_fails(tier: str) -> None:
     source = _INJECT_INIT.replace("def attack(target):", "def attack():\n    target = os.getppid()")
     run, _ = hostile(box_for(tier, guards=False), source)
@@ -58,6 +60,7 @@ def test_reporter_injection_through_proc_mem_fails(tier: str) -> None:
     assert (run.final or {}).get("result") is not None  # the reporter lived to report
 
 
+@pytest.mark.filter_neutral
 def test_proc_is_read_only_in_bubblewrap(tier: str) -> None:
     """Even a process's own /proc/self/mem, which the kernel lets it write, cannot be opened
     for writing: a second layer under the dumpable and ptrace checks."""
@@ -74,6 +77,7 @@ def test_proc_is_read_only_in_bubblewrap(tier: str) -> None:
         assert observed(run) == "writable"  # the plain tier shares the host's /proc
 
 
+@pytest.mark.filter_neutral
 def test_memory_of_another_case_is_out_of_reach(tier: str) -> None:
     """While one case sleeps, another tries to open /proc/<pid>/mem of every process it can
     see except itself: other cases' (other uids), its reporter (not dumpable), the host's."""
@@ -160,6 +164,7 @@ def test_every_process_of_the_sandbox_runs_under_the_filter(tier: str) -> None:
         assert 1 in {pid for pid, *_ in rows}  # pid 1 is the sandbox's own, filtered, reporter
 
 
+@pytest.mark.filter_neutral
 def test_signals_cannot_reach_the_sandbox_init(tier: str) -> None:
     source = code("""
         import os, signal, time
@@ -240,6 +245,7 @@ def _needs_case_limits(tier: str) -> None:
 
 
 # (serial: 13 forks must fill 5 GiB within 2.2 s: other tests' CPU load starves them)
+@pytest.mark.filter_neutral
 def test_memory_multiplied_by_forks_is_bounded_for_the_case(tier: str) -> None:
     """13 processes of 400 MiB each (5.2 GiB) fit every per-process limit; the case's group
     (1 GiB in these tests) stops them."""
@@ -286,6 +292,7 @@ def _run_tag() -> str:
     return "t" + os.urandom(6).hex()
 
 
+@pytest.mark.filter_neutral
 def test_dev_shm_bomb_fails(tier: str) -> None:
     """3 GiB into /dev/shm, 16 MiB files at a time (the file-size limit)."""
     tag = _run_tag()
@@ -311,6 +318,7 @@ def test_dev_shm_bomb_fails(tier: str) -> None:
         assert got is not None and got[1] <= SHORT_LIMITS.get("shm_bytes", 16 << 20) >> 20
 
 
+@pytest.mark.filter_neutral
 def test_dev_is_read_only_and_shm_is_capped(tier: str) -> None:
     source = code("""
         import os
@@ -328,6 +336,7 @@ def test_dev_is_read_only_and_shm_is_capped(tier: str) -> None:
     assert not os.path.exists("/dev/owned")
 
 
+@pytest.mark.filter_neutral
 def test_inode_bomb_leaves_nothing_on_the_host(tier: str) -> None:
     tag = _run_tag()
     source = guarded(f"""
@@ -355,6 +364,7 @@ def test_inode_bomb_leaves_nothing_on_the_host(tier: str) -> None:
         assert not [n for n in os.listdir(place) if n.startswith(tag)], place
 
 
+@pytest.mark.filter_neutral
 def test_fork_bomb_beyond_the_cap_fails(tier: str) -> None:
     """Threads and processes count together, for the whole case."""
     source = code("""
@@ -378,6 +388,7 @@ def test_fork_bomb_beyond_the_cap_fails(tier: str) -> None:
     assert made is not None and made <= SHORT_LIMITS["max_processes"], made
 
 
+@pytest.mark.filter_neutral
 def test_cpu_time_spread_over_forks_is_bounded_for_the_case(tier: str) -> None:
     """Four spinning processes, each under the per-process CPU limit until it is killed by it,
     while the runner itself sleeps: per process, nothing would end the case before the (here
@@ -400,6 +411,7 @@ def test_cpu_time_spread_over_forks_is_bounded_for_the_case(tier: str) -> None:
 
 
 # (serial: a scan of /proc must catch the case's processes within their second of life)
+@pytest.mark.filter_neutral
 def test_every_process_of_a_case_is_in_its_control_group(tier: str) -> None:
     _needs_case_limits(tier)
     box = box_for(tier, guards=False)
@@ -453,6 +465,7 @@ def _persist_then_look(tier: str, make: str, look: str, token: str) -> tuple[obj
     return observed(first), observed(second)
 
 
+@pytest.mark.filter_neutral
 @pytest.mark.parametrize("place", ["/tmp", "/var/tmp", "/dev/shm", "$TMPDIR"])
 def test_files_do_not_outlive_the_case(tier: str, place: str) -> None:
     token = "persist-" + os.urandom(6).hex()
@@ -470,6 +483,7 @@ def test_files_do_not_outlive_the_case(tier: str, place: str) -> None:
         assert not os.path.exists(os.path.join(place, token))  # nor does the host
 
 
+@pytest.mark.filter_neutral
 @pytest.mark.parametrize("kind", ["shm", "sem", "msg"])
 def test_sysv_ipc_does_not_outlive_the_case(tier: str, kind: str) -> None:
     key = int.from_bytes(os.urandom(3), "big") + 1000
@@ -494,6 +508,7 @@ def test_sysv_ipc_does_not_outlive_the_case(tier: str, kind: str) -> None:
         assert all(int(line.split()[0]) != key for line in list(f)[1:])
 
 
+@pytest.mark.filter_neutral
 def test_tempfile_in_a_plain_case_is_private(tier: str) -> None:
     source = code("""
         import os, tempfile

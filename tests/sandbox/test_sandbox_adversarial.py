@@ -83,6 +83,7 @@ def test_attack_is_contained_without_python_guards(os_tier: str, attack: Attack,
         attack.check(_observed(run), targets, os_tier)
 
 
+@pytest.mark.filter_neutral
 def test_background_process_is_killed_after_the_case(tier: str, targets: Any) -> None:
     source = (
         "import os, time\ndef attack():\n    pid = os.fork()\n    if pid == 0:\n        os.setsid()\n"
@@ -97,6 +98,7 @@ def test_background_process_is_killed_after_the_case(tier: str, targets: Any) ->
     assert uid is not None and processes_of(uid) == []
 
 
+@pytest.mark.filter_neutral
 def test_fork_bomb_is_capped_by_the_process_limit(tier: str) -> None:
     source = (
         "import os\ndef attack():\n    n = 0\n    try:\n        while n < 1000:\n"
@@ -108,6 +110,7 @@ def test_fork_bomb_is_capped_by_the_process_limit(tier: str) -> None:
     assert forked == SHORT_LIMITS["max_processes"]
 
 
+@pytest.mark.filter_neutral
 def test_candidate_runs_unprivileged_with_scrubbed_environment(tier: str, targets: Any) -> None:
     source = (
         "import os\ndef attack():\n"
@@ -144,6 +147,7 @@ def test_seccomp_really_denies_calls(tier: str) -> None:
         assert observed == "ok"
 
 
+@pytest.mark.filter_neutral
 def test_a_warm_child_that_died_while_idle_is_replaced(tier: str) -> None:
     box = box_for(tier)
     box.prewarm("numpy")
@@ -156,6 +160,7 @@ def test_a_warm_child_that_died_while_idle_is_replaced(tier: str) -> None:
     assert [_observed(r) for r in runs] == [7, 7, 7]
 
 
+@pytest.mark.filter_neutral
 def test_bubblewrap_namespaces_are_private(tier: str) -> None:
     source = code("""
         import os
@@ -178,6 +183,7 @@ def test_bubblewrap_namespaces_are_private(tier: str) -> None:
         assert n_pids > 4  # the plain tier shares the host's pid namespace, as documented
 
 
+@pytest.mark.filter_neutral
 def test_sandbox_processes_hold_no_privilege(tier: str) -> None:
     """While a case runs, every process under the dedicated uid range is unprivileged."""
     import threading

@@ -129,15 +129,49 @@ LAUNCHER_NEUTRAL = frozenset({"output_flood_100mb", "return_nan", "return_huge_l
                               "monkeypatch_builtins_and_harness"})
 
 
+# The seccomp filter acts only on the calls of its deny-list (app/sandbox/child_seccomp.py), and on
+# clone3, which it refuses so that libc makes the same process or thread with clone. An attack
+# that makes none of those calls meets exactly the same sandbox with the filter and without it:
+# on a tier without the filter whose twin with the filter (same isolation, same launcher) runs
+# here, it is not run again. What the filter takes part in stopping (sockets, ptrace, namespaces,
+# io_uring) still runs on every tier, with and without it, as does everything on a machine where
+# no tier has the filter. Tests marked `filter_neutral` follow the same rule (tests/sandbox/conftest.py).
+FILTER_NEUTRAL = frozenset({
+    "fork_bomb", "memory_bomb", "infinite_loop", "cpu_spin_threads", "sleep_past_wall", "output_flood_100mb",
+    "fill_disk", "read_etc_shadow", "read_service_source", "read_settings_file", "read_environment",
+    "read_service_environ", "write_outside_workdir", "spawn_subprocess", "signal_service", "kill_own_reporter",
+    "ctypes_libc_setuid", "background_process", "forge_result_on_every_fd", "close_all_fds", "return_nan",
+    "return_huge_list", "lying_eq", "monkeypatch_builtins_and_harness",
+})
+
+
+def has_filtered_twin(tier: LaunchedTier) -> bool:
+    """Whether tier runs without the seccomp filter while the same isolation and launcher with
+    the filter is offered on this machine."""
+    if tier.endswith("+seccomp"):
+        return False
+    return any(str(t) == f"{tier}+seccomp" and t.launcher == tier.launcher for t in launched_tiers())
+
+
+def with_filter_where_offered(tiers: Iterable[str]) -> list[str]:
+    """tiers (names, the default launcher), less each one without the filter whose twin with it is
+    offered here: what a filter-neutral test runs on."""
+    offered = set(offered_tiers())
+    return [t for t in tiers if t.endswith("+seccomp") or f"{t}+seccomp" not in offered]
+
+
 def attack_matrix(tiers: Iterable[LaunchedTier], attacks: Iterable[Any], *, neutral: Iterable[str] = ()) -> list[Any]:
     """(tier, attack) parameters: every attack on every tier's default launcher, and on the exec
     launcher of a forked tier unless the attack is launcher-neutral (LAUNCHER_NEUTRAL, or the
-    extra names given: attacks the Python guards stop before the process layer is reached)."""
+    extra names given: attacks the Python guards stop before the process layer is reached); on
+    a tier without the seccomp filter, unless the attack is filter-neutral and the tier's twin
+    with the filter runs it (FILTER_NEUTRAL)."""
     skip = LAUNCHER_NEUTRAL | set(neutral)
     forked = {str(t) for t in fork_tiers()}
     attacks = list(attacks)
     return [pytest.param(t, a, id=f"{t.id}-{a.name}") for t in tiers for a in attacks
-            if not (t.launcher == "exec" and t in forked and a.name in skip)]
+            if not (t.launcher == "exec" and t in forked and a.name in skip)
+            and not (a.name in FILTER_NEUTRAL and has_filtered_twin(t))]
 
 
 def box_for(tier: str, *, guards: bool = True) -> Sandbox:
