@@ -45,6 +45,24 @@ def _leaves_out_tier_tests(config: pytest.Config) -> bool:
                    for others in (False, True))
 
 
+# The modules that take longest (real workers under fault, a fuzz run, a verifiers venv, servers
+# restarted), measured with --durations on the 2-core machine: under pytest-xdist they go first,
+# so that idle workers take the rest from the others' queues instead of waiting at the end on one
+# worker that met a long module late. Each module keeps its own order (its fixtures are shared).
+LONG_MODULES = (
+    "tests/jobs/test_lanes.py", "tests/api/test_openapi_fuzz.py", "tests/scaling_book/test_verifiers_v1.py",
+    "tests/jobs/test_queue.py", "tests/commands/test_eval.py", "tests/commands/test_export.py",
+    "tests/scaling_book/test_client.py", "tests/scaling_book/test_verifiers_env.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if getattr(config, "workerinput", None) is None:
+        return  # not an xdist worker: plain pytest keeps the file order
+    rank = {path: i for i, path in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
+
+
 # pytest-xdist's controller (the hook is optional: absent without -n): the tiers are probed once,
 # here, and every worker collects the same tier-parametrised tests from that one result.
 @pytest.hookimpl(optionalhook=True)
