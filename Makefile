@@ -68,26 +68,26 @@ system-deps: sandbox-deps
 serve: sandbox-deps $(VENV)/.serve
 	$(BIN)/scaling-grader serve --host $(HOST) --port $(PORT)
 
+# $(call beside,SIDE,NAME,MAIN): runs MAIN with SIDE beside it, SIDE in a process group of its own
+# that an interrupt takes down too and with its output kept in .build/NAME.log, printed when both
+# are done; fails when either does.
+define beside
+	@mkdir -p .build; \
+	setsid $(1) > .build/$(2).log 2>&1 & side=$$!; \
+	trap 'kill -TERM -- -$$side 2>/dev/null; exit 130' INT TERM; \
+	$(3); main=$$?; \
+	wait $$side; beside=$$?; \
+	echo "== $(2) (beside the tests above)"; cat .build/$(2).log; \
+	[ $$main = 0 ] && [ $$beside = 0 ]
+endef
+
 # The benchmarks' smoke runs (mostly waiting on the servers and sandboxes they start) run beside
 # the parallel part, and mypy (CPU only, at the lowest priority: it touches no sandbox, process or
-# control group) beside the serial part, which uses well under the machine's two cores. Each runs
-# in a process group of its own that an interrupt takes down too; its output is printed when the
-# part beside it is done.
+# control group) beside the serial part, which uses well under the machine's two cores.
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
-	@mkdir -p .build; \
-	setsid $(BIN)/python -m bench --smoke > .build/bench-smoke.log 2>&1 & side=$$!; \
-	trap 'kill -TERM -- -$$side 2>/dev/null; exit 130' INT TERM; \
-	$(BIN)/pytest -q -m "not serial" $(PYTEST_PARALLEL); tests=$$?; \
-	wait $$side; beside=$$?; \
-	echo "== benchmark smoke runs (beside the parallel part)"; cat .build/bench-smoke.log; \
-	[ $$tests = 0 ] && [ $$beside = 0 ]
-	@setsid nice -n 19 $(BIN)/mypy > .build/mypy.log 2>&1 & side=$$!; \
-	trap 'kill -TERM -- -$$side 2>/dev/null; exit 130' INT TERM; \
-	$(BIN)/pytest -q -m serial; tests=$$?; \
-	wait $$side; beside=$$?; \
-	echo "== mypy (beside the serial part)"; cat .build/mypy.log; \
-	[ $$tests = 0 ] && [ $$beside = 0 ]
+	$(call beside,$(BIN)/python -m bench --smoke,bench-smoke,$(BIN)/pytest -q -m "not serial" $(PYTEST_PARALLEL))
+	$(call beside,nice -n 19 $(BIN)/mypy,mypy,$(BIN)/pytest -q -m serial)
 
 # promtool (Debian's prometheus package, ~300 MB, so not part of `make test`, whose promtool
 # checks skip without it) validating deploy/prometheus*.yml and the Grafana dashboard's queries.

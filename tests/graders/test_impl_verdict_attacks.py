@@ -15,7 +15,7 @@ import pytest
 from app.graders.impl_verdict import Reason
 from app.tasks.impl import reference
 from app.tasks.impl.exercises import BY_NAME
-from tests.sandbox.tiers import offered_tiers, tier_settings, with_filter_where_offered
+from tests.sandbox.tiers import offered_tiers, tier_settings, without_filtered_twins
 from tests.support.verdict_attacks import SETTINGS, assert_earned_nothing, grade_hostile
 
 # Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
@@ -403,7 +403,7 @@ def test_constant_answer_with_deliberate_timeouts_earns_nothing() -> None:
 
 # A write on the result channel: the seccomp filter plays no part, so each isolation runs it once,
 # with the filter where that tier is offered (tests/sandbox/tiers.py, FILTER_NEUTRAL).
-@pytest.mark.parametrize("tier", with_filter_where_offered(offered_tiers()))
+@pytest.mark.parametrize("tier", without_filtered_twins(offered_tiers()))
 def test_forged_oversized_frame_earns_nothing_on_every_tier(tier: str) -> None:
     settings = SETTINGS.model_copy(update={"sandbox": tier_settings(
         tier, wall_seconds=20.0, cpu_seconds=8.0, max_result_items=SETTINGS.sandbox.max_result_items,

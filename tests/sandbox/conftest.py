@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.tiers import LaunchedTier, fork_tiers, has_filtered_twin, launched_tiers
+from tests.sandbox.tiers import LaunchedTier, fork_tiers, launched_tiers, without_filtered_twins
 
 
 @dataclass
@@ -71,10 +71,11 @@ def _parametrized_by_mark(metafunc: pytest.Metafunc, name: str) -> bool:
 
 
 def _tiers_for(metafunc: pytest.Metafunc, tiers: Iterable[LaunchedTier]) -> list[LaunchedTier]:
-    """tiers, less those without the seccomp filter whose twin with it runs here when the test is
-    marked filter_neutral (it makes no call the filter acts on: see tiers.FILTER_NEUTRAL)."""
-    neutral = metafunc.definition.get_closest_marker("filter_neutral") is not None
-    return [t for t in tiers if not (neutral and has_filtered_twin(t))]
+    """tiers, or for a test marked filter_neutral (it makes no call the filter acts on: see
+    tiers.FILTER_NEUTRAL) those left without a twin with the filter among them."""
+    if metafunc.definition.get_closest_marker("filter_neutral") is None:
+        return list(tiers)
+    return without_filtered_twins(tiers)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -14,7 +14,7 @@ import pytest
 from app.sandbox.child_seccomp import DENIED_SYSCALLS
 from tests.sandbox import test_forkserver_attacks, test_isolation_attacks, test_sandbox_adversarial, tiers
 from tests.sandbox.attacks import ALL
-from tests.sandbox.tiers import FILTER_NEUTRAL, LaunchedTier, attack_matrix
+from tests.sandbox.tiers import FILTER_NEUTRAL, LaunchedTier, attack_matrix, without_filtered_twins
 
 # clone3 is refused too, but only so that libc makes the same process or thread with clone.
 _DENIED = re.compile(r"\b(" + "|".join(DENIED_SYSCALLS) + r")\b")
@@ -70,9 +70,7 @@ def machine(monkeypatch: pytest.MonkeyPatch) -> list[LaunchedTier]:
     without the filter only."""
     launched = [LaunchedTier(name, launcher) for name in ("bubblewrap+seccomp", "bubblewrap")
                 for launcher in ("exec", "forkserver")] + [LaunchedTier("plain", "forkserver")]
-    monkeypatch.setattr(tiers, "launched_tiers", lambda: tuple(launched))
     monkeypatch.setattr(tiers, "fork_tiers", lambda: tuple(t for t in launched if t.launcher == "forkserver"))
-    monkeypatch.setattr(tiers, "offered_tiers", lambda: ("bubblewrap+seccomp", "bubblewrap", "plain"))
     return launched
 
 
@@ -87,7 +85,10 @@ def test_a_tier_without_the_filter_runs_only_what_the_filter_takes_part_in(machi
     assert by_tier["plain-forkserver"] == {a.name for a in ALL}  # no twin with the filter here
 
 
-def test_filter_neutral_tests_skip_only_tiers_with_a_twin(machine: list[LaunchedTier]) -> None:
-    assert [t.id for t in machine if not tiers.has_filtered_twin(t)] == [
+def test_a_twin_counts_only_with_the_same_launcher(machine: list[LaunchedTier]) -> None:
+    forked = [t for t in machine if t.launcher == "forkserver"]
+    assert [t.id for t in without_filtered_twins([*forked, LaunchedTier("bubblewrap", "exec")])] == [
+        "bubblewrap+seccomp-forkserver", "plain-forkserver", "bubblewrap-exec"]
+    assert [t.id for t in without_filtered_twins(machine)] == [
         "bubblewrap+seccomp-exec", "bubblewrap+seccomp-forkserver", "plain-forkserver"]
-    assert tiers.with_filter_where_offered(tiers.offered_tiers()) == ["bubblewrap+seccomp", "plain"]
+    assert without_filtered_twins(["bubblewrap+seccomp", "bubblewrap", "plain"]) == ["bubblewrap+seccomp", "plain"]

@@ -133,7 +133,7 @@ LAUNCHER_NEUTRAL = frozenset({"output_flood_100mb", "return_nan", "return_huge_l
 # clone3, which it refuses so that libc makes the same process or thread with clone. An attack
 # that makes none of those calls meets exactly the same sandbox with the filter and without it:
 # on a tier without the filter whose twin with the filter (same isolation, same launcher) runs
-# here, it is not run again. What the filter takes part in stopping (sockets, ptrace, namespaces,
+# in the same test, it is not run again. What the filter takes part in stopping (sockets, ptrace, namespaces,
 # io_uring) still runs on every tier, with and without it, as does everything on a machine where
 # no tier has the filter. Tests marked `filter_neutral` follow the same rule (tests/sandbox/conftest.py).
 FILTER_NEUTRAL = frozenset({
@@ -145,19 +145,13 @@ FILTER_NEUTRAL = frozenset({
 })
 
 
-def has_filtered_twin(tier: LaunchedTier) -> bool:
-    """Whether tier runs without the seccomp filter while the same isolation and launcher with
-    the filter is offered on this machine."""
-    if tier.endswith("+seccomp"):
-        return False
-    return any(str(t) == f"{tier}+seccomp" and t.launcher == tier.launcher for t in launched_tiers())
-
-
-def with_filter_where_offered(tiers: Iterable[str]) -> list[str]:
-    """tiers (names, the default launcher), less each one without the filter whose twin with it is
-    offered here: what a filter-neutral test runs on."""
-    offered = set(offered_tiers())
-    return [t for t in tiers if t.endswith("+seccomp") or f"{t}+seccomp" not in offered]
+def without_filtered_twins(tiers: Iterable[str]) -> list[Any]:
+    """tiers, less each one without the seccomp filter whose twin with it (same isolation, same
+    launcher where the tiers name one) is among them: what a filter-neutral attack or test runs on."""
+    tiers = list(tiers)
+    present = {(str(t), getattr(t, "launcher", None)) for t in tiers}
+    return [t for t in tiers
+            if t.endswith("+seccomp") or (f"{t}+seccomp", getattr(t, "launcher", None)) not in present]
 
 
 def attack_matrix(tiers: Iterable[LaunchedTier], attacks: Iterable[Any], *, neutral: Iterable[str] = ()) -> list[Any]:
@@ -168,10 +162,11 @@ def attack_matrix(tiers: Iterable[LaunchedTier], attacks: Iterable[Any], *, neut
     with the filter runs it (FILTER_NEUTRAL)."""
     skip = LAUNCHER_NEUTRAL | set(neutral)
     forked = {str(t) for t in fork_tiers()}
-    attacks = list(attacks)
+    tiers, attacks = list(tiers), list(attacks)
+    neutral_ok = {t.id for t in without_filtered_twins(tiers)}
     return [pytest.param(t, a, id=f"{t.id}-{a.name}") for t in tiers for a in attacks
             if not (t.launcher == "exec" and t in forked and a.name in skip)
-            and not (a.name in FILTER_NEUTRAL and has_filtered_twin(t))]
+            and (a.name not in FILTER_NEUTRAL or t.id in neutral_ok)]
 
 
 def box_for(tier: str, *, guards: bool = True) -> Sandbox:
