@@ -16,8 +16,11 @@ endif
 # `make test` runs the tests in this many worker processes (pytest-xdist): most of them wait on
 # children (servers, workers, sleeps), so more workers than this machine's 2 cores pay. Tests
 # marked serial (the sandbox suites, whose wall and CPU limits other tests' load would break, and
-# host-wide counts) run alone afterwards.
+# host-wide counts) run afterwards, apart from the rest, two at a time: their sandboxed children
+# mostly wait (on an interpreter's start, a sleep, a wall limit), and each test's limits leave room
+# for one such test beside it, though not for the load of the parallel part.
 TEST_WORKERS ?= 4
+SERIAL_WORKERS ?= 2
 
 # Some machines set PYTHONDONTWRITEBYTECODE: then every pytest worker compiles and rewrites the
 # assertions of every test module again (half its collection time) and every server, worker and
@@ -26,6 +29,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # worksteal: an idle worker takes tests queued on a busy one, so a few long tests (a fuzz run, a
 # killed worker) do not leave the rest waiting at the end (faster here than `load`).
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist worksteal
+SERIAL_PARALLEL := -n $(SERIAL_WORKERS) --dist worksteal
 
 .PHONY: serve test test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
 
@@ -81,13 +85,18 @@ define beside
 	[ $$main = 0 ] && [ $$beside = 0 ]
 endef
 
+# $(LOWEST) CMD runs CMD at the lowest CPU priority. Where the kernel groups each session for the
+# scheduler (autogroup), a process's nice value weighs only against its own session's, and
+# `beside` starts SIDE in a session of its own: so the session's group is lowered too.
+LOWEST := sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$$@"' lowest
+
 # The benchmarks' smoke runs (mostly waiting on the servers and sandboxes they start) run beside
 # the parallel part, and mypy (CPU only, at the lowest priority: it touches no sandbox, process or
 # control group) beside the serial part, which uses well under the machine's two cores.
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
 	$(call beside,$(BIN)/python -m bench --smoke,bench-smoke,$(BIN)/pytest -q -m "not serial" $(PYTEST_PARALLEL))
-	$(call beside,nice -n 19 $(BIN)/mypy,mypy,$(BIN)/pytest -q -m serial)
+	$(call beside,$(LOWEST) $(BIN)/mypy,mypy,$(BIN)/pytest -q -m serial $(SERIAL_PARALLEL))
 
 # promtool (Debian's prometheus package, ~300 MB, so not part of `make test`, whose promtool
 # checks skip without it) validating deploy/prometheus*.yml and the Grafana dashboard's queries.
