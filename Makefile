@@ -31,7 +31,7 @@ unexport PYTHONDONTWRITEBYTECODE
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist worksteal
 SERIAL_PARALLEL := -n $(SERIAL_WORKERS) --dist worksteal
 
-.PHONY: serve test test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
+.PHONY: serve test test-in-parts test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -90,13 +90,20 @@ endef
 # `beside` starts SIDE in a session of its own: so the session's group is lowered too.
 LOWEST := sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$$@"' lowest
 
-# The benchmarks' smoke runs (mostly waiting on the servers and sandboxes they start) run beside
-# the parallel part, and mypy (CPU only, at the lowest priority: it touches no sandbox, process or
-# control group) beside the serial part, which uses well under the machine's two cores.
+# The tests marked low_priority run beside everything else, at the lowest CPU priority, so that
+# they take only the CPU the rest leaves idle (the parallel part now and then, the serial part
+# much of the time): heavy on CPU, but every process they start is their own, none in a session of
+# its own (which would escape that priority) and none a sandbox (whose host-wide state serial
+# tests count).
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
-	$(call beside,$(BIN)/python -m bench --smoke,bench-smoke,$(BIN)/pytest -q -m "not serial" $(PYTEST_PARALLEL))
-	$(call beside,$(LOWEST) $(BIN)/mypy,mypy,$(BIN)/pytest -q -m serial $(SERIAL_PARALLEL))
+	$(call beside,$(LOWEST) $(BIN)/pytest -q -m "low_priority and not serial" $(SERIAL_PARALLEL),low-priority,$(MAKE) --no-print-directory test-in-parts)
+
+# The rest of `make test`: the parallel part with the benchmarks' smoke runs (mostly waiting on
+# the servers and sandboxes they start) and then mypy beside it; then the serial part.
+test-in-parts: $(VENV)/.test
+	$(call beside,$(MAKE) --no-print-directory -k bench-smoke typecheck,bench-smoke-and-mypy,$(BIN)/pytest -q -m "not serial and not low_priority" $(PYTEST_PARALLEL))
+	$(BIN)/pytest -q -m serial $(SERIAL_PARALLEL)
 
 # promtool (Debian's prometheus package, ~300 MB, so not part of `make test`, whose promtool
 # checks skip without it) validating deploy/prometheus*.yml and the Grafana dashboard's queries.
@@ -121,6 +128,9 @@ lint: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(BIN)/python -m bench
+
+bench-smoke: $(VENV)/.test
+	$(BIN)/python -m bench --smoke
 
 # Docker Engine and compose from Debian's packages when missing (as root), dockerd started in the
 # background when not running; base images, host wheelhouse and the api and worker images.

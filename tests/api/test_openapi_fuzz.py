@@ -28,7 +28,9 @@ def test_schema_valid_requests_are_served_as_documented(server_url: str, tmp_pat
     done = subprocess.run(
         [st, "run", f"{server_url}/openapi.json", "--checks", CHECKS, "--phases", "examples,coverage,fuzzing",
          "--max-examples", "12", "--seed", "20261130", "--no-color", "--request-timeout", "60",
-         "--max-response-time", "60"],
+         "--max-response-time", "60",
+         # hypothesis times how fast it makes examples: that is this machine's load, not the service
+         "--suppress-health-check", "too_slow"],
         capture_output=True, text=True, timeout=900, cwd=tmp_path)
     summary = done.stdout[-6000:]
     assert done.returncode == 0, summary

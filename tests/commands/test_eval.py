@@ -19,7 +19,8 @@ from tests.support.oracle import right, wrong
 from tests.support.policy import PolicyFake
 from tests.support.server import ROOT
 
-pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+pytestmark = [pytest.mark.slow, pytest.mark.low_priority]  # servers and commands: left out of `make test-fast`
+# low_priority: its processes are its own (no sandbox, worker or session): `make test` runs it beside the serial part
 
 SEED, N, R = 41, 8, 2
 

@@ -22,7 +22,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_up(url: str, process: subprocess.Popen, timeout: float = 30.0) -> None:
+def wait_until_up(url: str, process: subprocess.Popen, timeout: float = 120.0) -> None:
+    # (generous: a start takes about a second and a half of CPU, which a loaded machine or the
+    # lowest priority spreads over much longer; a server that fails exits, and that ends the wait)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
