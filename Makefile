@@ -88,7 +88,7 @@ endef
 # $(LOWEST) CMD runs CMD at the lowest CPU priority. Where the kernel groups each session for the
 # scheduler (autogroup), a process's nice value weighs only against its own session's, and
 # `beside` starts SIDE in a session of its own: so the session's group is lowered too.
-LOWEST := sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$$@"' lowest
+LOWEST := sh -c '{ echo 19 > /proc/self/autogroup; } 2>/dev/null; exec nice -n 19 "$$@"' lowest
 
 # The tests marked low_priority run beside everything else, at the lowest CPU priority, so that
 # they take only the CPU the rest leaves idle (the parallel part now and then, the serial part
