@@ -97,7 +97,7 @@ LOWEST := sh -c '{ echo 19 > /proc/self/autogroup; } 2>/dev/null; exec nice -n 1
 # tests count).
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
-	$(call beside,$(LOWEST) $(BIN)/pytest -q -m "low_priority and not serial" $(SERIAL_PARALLEL),low-priority,$(MAKE) --no-print-directory test-in-parts)
+	$(call beside,$(LOWEST) $(BIN)/pytest -q -m low_priority $(SERIAL_PARALLEL),low-priority,$(MAKE) --no-print-directory test-in-parts)
 
 # The rest of `make test`: the parallel part with the benchmarks' smoke runs (mostly waiting on
 # the servers and sandboxes they start) and then mypy beside it; then the serial part.

@@ -34,14 +34,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _leaves_out_tier_tests(config: pytest.Config) -> bool:
-    """Whether `-m` deselects the tier-parametrised tests, all marked slow and serial (as
-    `make test-fast` and the parallel part of `make test` do): false for those two marks with the
-    other marks all absent and all present."""
+    """Whether `-m` deselects the tier-parametrised tests, all marked slow and serial and none
+    low_priority (that mark is for tests that start no sandbox), as `make test-fast` and every part
+    of `make test` but the serial one do: false for those marks with the other marks all absent
+    and all present."""
     expression = config.getoption("markexpr")
     if not expression:
         return False
     compiled = Expression.compile(expression)
-    return not any(compiled.evaluate(lambda name, others=others, **_: name in ("slow", "serial") or others)
+    marks = {"slow": True, "serial": True, "low_priority": False}
+    return not any(compiled.evaluate(lambda name, others=others, **_: marks.get(name, others))
                    for others in (False, True))
 
 

@@ -16,7 +16,6 @@ from app.tenants import new_key
 from scaling_book.client import GraderClient
 from tests.support.server import running_server
 
-# low_priority: its processes are its own (no sandbox, worker or session): `make test` runs it beside the serial part
 pytestmark = pytest.mark.low_priority
 
 NUMERIC_ID = "synthetic/3/17"

@@ -20,7 +20,6 @@ from tests.support.policy import PolicyFake
 from tests.support.server import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.low_priority]  # servers and commands: left out of `make test-fast`
-# low_priority: its processes are its own (no sandbox, worker or session): `make test` runs it beside the serial part
 
 SEED, N, R = 41, 8, 2
 

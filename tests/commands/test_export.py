@@ -17,7 +17,6 @@ from app.tasks.registry import get_bank
 from tests.support.server import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.low_priority]  # commands: left out of `make test-fast`
-# low_priority: its processes are its own (no sandbox, worker or session): `make test` runs it beside the serial part
 
 
 def export(*args: str) -> subprocess.CompletedProcess:

@@ -79,6 +79,11 @@ def _tiers_for(metafunc: pytest.Metafunc, tiers: Iterable[LaunchedTier]) -> list
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # A run of `-m low_priority` skips the tier probe (tests/conftest.py): that mark is for tests
+    # that start no sandbox, so no tier-parametrised test may carry it.
+    if metafunc.definition.get_closest_marker("low_priority") and \
+            {"tier", "os_tier", "fork_tier"} & set(metafunc.fixturenames):
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: a sandbox tier test cannot be low_priority")
     # Each tier twice where the fork server serves it: children started, and children forked.
     if "tier" in metafunc.fixturenames and not _parametrized_by_mark(metafunc, "tier"):
         metafunc.parametrize("tier", _tiers_for(metafunc, launched_tiers()), ids=lambda t: t.id)

@@ -25,7 +25,6 @@ VENV = ROOT / ".cache" / f"verifiers-{VERSION}"
 
 # The first test also builds the venv (allowed 25 minutes below: with uv's cache cold on a slow
 # network, that alone may outlast the suite's 300-second default).
-# low_priority: its processes are its own (no sandbox, worker or session): `make test` runs it beside the serial part
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.low_priority]
 
 SCRIPT = r"""

@@ -18,7 +18,6 @@ from scaling_book.verifiers_env import load_environment
 from tests.support.oracle import right, wrong
 from tests.support.policy import PolicyFake
 
-# low_priority: its processes are its own (no sandbox, worker or session): `make test` runs it beside the serial part
 pytestmark = pytest.mark.low_priority
 
 VF_EVAL = shutil.which("vf-eval", path=str(Path(__import__("sys").executable).parent))
