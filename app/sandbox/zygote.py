@@ -131,6 +131,7 @@ class Zygote:
         self.plan, self.sb = plan, sb
         self.isolation, self.seccomp, self.profile = isolation, seccomp, profile
         self._lock = threading.Lock()  # one request at a time on the control socket
+        self._pidfd = -1  # until the zygote's ready message brings it (stop() may come first)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.control = ours
         cfg = {

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from app.sandbox.launch import SandboxFault
+from app.sandbox.plan import build_plan
 from app.sandbox.pool import get_sandbox
 from app.sandbox.zygote import Zygote
 from tests.sandbox.tiers import tier_settings
@@ -45,3 +47,16 @@ def test_a_zygote_started_by_a_short_lived_thread_outlives_it(fork_tier: str) ->
     assert status["launcher"] == "forkserver"
     box.shutdown()
     assert not zygote.alive()
+
+
+def test_a_zygote_that_does_not_answer_in_time_is_a_sandbox_fault(fork_tier: str) -> None:
+    """A start that times out (a loaded host) is a SandboxFault, which the pool's refill thread and
+    the fork servers catch and retry later; any other error would end that thread for good."""
+    sb = tier_settings(fork_tier, start_timeout_seconds=0.001)
+    plan = build_plan(sb.python, sb.packages)
+    isolation, _, extra = str(fork_tier).partition("+")
+    try:
+        with pytest.raises(SandboxFault, match="fork server failed to start"):
+            Zygote(plan, sb, isolation, extra == "seccomp", "bare")
+    finally:
+        plan.cleanup()
