@@ -268,7 +268,7 @@ def hostile_run(smoke: bool) -> None:
 
 
 def main(smoke: bool) -> None:
-    seconds, impl_jobs = (1.5, 2) if smoke else (20.0, 30)
+    seconds, impl_jobs = (3.0, 4) if smoke else (20.0, 30)
     redis = RedisServer().start()
     try:
         env = {"SCALING_GRADER_REDIS_URL": redis.url, **ENV}

@@ -117,8 +117,8 @@ def _throughput(box: Any, sb: SandboxSettings, source: str, profile: str, n: int
 def _per_tier(source: str, expected: int, smoke: bool) -> None:
     """Each isolation tier this machine runs, numpy profile: a case in a child started for it
     (the baseline: no pool), a case from the warm pool, and throughput two at a time."""
-    n_latency = 2 if smoke else 10
-    n_throughput = 2 if smoke else 20
+    n_latency = 3 if smoke else 10
+    n_throughput = 4 if smoke else 20
     for isolation in ("gvisor", "bubblewrap", "plain"):
         warm_box = get_sandbox(SandboxSettings(tier=isolation, warm_pool_size=2))
         try:
@@ -156,10 +156,9 @@ def _cold_times(program: str, n: int) -> list[float]:
     return times
 
 
-def _api_rate(launcher: str, exercise: str, grades: int, warmups: int) -> tuple[float, int]:
+def _api_rate(launcher: str, exercise: str, grades: int) -> tuple[float, int]:
     """Honest grades of exercise posted through the API of an embedded service, 8 clients at a
-    time, after warmups graded alone; returns hidden cases graded per second and how many
-    grades earned reward 1."""
+    time; returns hidden cases graded per second and how many grades earned reward 1."""
     ex = BY_NAME[exercise]
     completion = "```python\n" + inspect.getsource(getattr(reference, ex.entry)) + "\n```"
     env = {"SCALING_GRADER_SANDBOX__LAUNCHER": launcher, "SCALING_GRADER_QUEUE__EMBEDDED_THREADS": "4",
@@ -171,8 +170,8 @@ def _api_rate(launcher: str, exercise: str, grades: int, warmups: int) -> tuple[
                                                   "wait": 300}).json()
             return float(body.get("reward", -1.0))
 
-        for i in range(warmups):  # start the tier probe, the fork server or the pool
-            grade(-1 - i)
+        grade(-1)  # start the tier probe, the fork server or the pool
+        grade(-2)
         start = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
             rewards = list(pool.map(grade, range(grades)))
@@ -204,24 +203,23 @@ def _numpy_latency(box: Any, n: int, idle: float, idles: int) -> tuple[float, fl
 def main(smoke: bool = False) -> None:
     source = inspect.getsource(reference.kv_cache_bytes)
     expected = reference.kv_cache_bytes(*ARGS)
-    n_latency = 2 if smoke else 15
-    n_throughput = 2 if smoke else 40
+    n_latency = 3 if smoke else 15
+    n_throughput = 4 if smoke else 40
     cpus = os.cpu_count() or 1
 
     # Throughput through the API against the cold-start rate, per profile. The cold starts are
     # timed right before and right after that profile's API runs (on a shared machine the load
     # drifts), and their median is the baseline.
-    grades = {"numpy": (NUMPY_EXERCISE, 2 if smoke else 40), "jax": (JAX_EXERCISE, 1 if smoke else 16)}
+    grades = {"numpy": (NUMPY_EXERCISE, 4 if smoke else 40), "jax": (JAX_EXERCISE, 2 if smoke else 16)}
     targets = {"numpy": 5.0, "jax": 3.0}
-    programs = {"numpy": ("python -I + import numpy", "import numpy", 1 if smoke else 6),
+    programs = {"numpy": ("python -I + import numpy", "import numpy", 2 if smoke else 6),
                 "jax": ("python -I + import jax + one jit", JAX_COLD_PROGRAM, 1 if smoke else 3)}
     print(f"   machine: {cpus} CPUs")
     for profile in ("numpy", "jax"):
         exercise, n = grades[profile]
         what, program, n_cold = programs[profile]
         cold = _cold_times(program, n_cold)
-        api = {launcher: _api_rate(launcher, exercise, n, warmups=1 if smoke else 2)
-               for launcher in ("forkserver", "exec")}
+        api = {launcher: _api_rate(launcher, exercise, n) for launcher in ("forkserver", "exec")}
         cold += _cold_times(program, n_cold)
         cold_rate = cpus / statistics.median(cold)
         print(f"   cold {what}: median {statistics.median(cold) * 1000:.0f} ms over {len(cold)} -> "
