@@ -94,8 +94,10 @@ def test_refusals_are_not_retried(server_url: str) -> None:
 @pytest.mark.slow
 def test_a_stalled_request_times_out_and_is_retried(server_url: str) -> None:
     items, expected = _items(2, seed=26)
-    script = Script(stall_seconds=1.5, stalls=1)
-    with flaky_proxy(server_url, script) as url, GraderClient(url, retry=FAST, timeout=0.5) as client:
+    # The timeout leaves a loaded machine room for the request that is not stalled (with 0.5 s,
+    # four test workers on two cores once made it time out too); the stall is well past it.
+    script = Script(stall_seconds=6.0, stalls=1)
+    with flaky_proxy(server_url, script) as url, GraderClient(url, retry=FAST, timeout=2.0) as client:
         assert client.rewards(items) == expected
     assert len(script.seen) == 2
 
