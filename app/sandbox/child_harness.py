@@ -5,10 +5,11 @@ none of the service's own files has to be visible in the sandbox. Stdlib only.
 Two processes, so that the candidate never holds the result channel:
 
 * the *reporter* is the process the parent started. Before anything is imported it forks the
-  *runner*, marks itself non-dumpable (a same-uid process can then neither ptrace it nor open
-  ``/proc/<pid>/fd`` or ``/proc/<pid>/mem``), and keeps the result fd, which the runner closes at
-  once. It relays the runner's framed messages after checking them, waits for the runner to
-  exit, reports the exit status and CPU time, and kills whatever the case left behind.
+  *runner*, ignores every signal it can, marks itself non-dumpable (a same-uid process can then
+  neither ptrace it nor open ``/proc/<pid>/fd`` or ``/proc/<pid>/mem``), and keeps the result
+  fd, which the runner closes at once. It relays the runner's framed messages after checking
+  them, waits for the runner to exit, reports the exit status and CPU time, and kills whatever
+  the case left behind.
 * the *runner* imports numpy/JAX (the warm part), reports ``ready``, blocks on stdin for one
   case, applies the limits, the seccomp filter and the Python guards, reports ``armed``, waits
   until the reporter has passed that on, runs the candidate and frames the value it returned
@@ -203,6 +204,21 @@ def _become(uid):
     os.setresuid(uid, uid, uid)
 
 
+def _ignore_catchable_signals():
+    """The reporter has no use for any signal, so it ignores every one it can: a signal from the
+    case (same uid in the plain and bubblewrap tiers) then does nothing to it. As the sandbox's
+    pid 1 (bubblewrap) the kernel already drops what the namespace sends it with no handler,
+    SIGKILL and SIGSTOP included; but the interpreter installs a handler for SIGINT
+    (KeyboardInterrupt), and a handled signal reaches even init. SIGCHLD keeps its default:
+    ignoring it would make the kernel reap the runner before the reporter reads its status.
+    Only the runner, forked before this, keeps the interpreter's defaults."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            continue
+        with contextlib.suppress(OSError, ValueError):  # the C library's own real-time signals
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     pipe_r, pipe_w = os.pipe()
@@ -215,6 +231,7 @@ def main():
         os.close(ack_w)
         runner(cfg, pipe_w, ack_r)
     _become(cfg.get("reporter_uid"))
+    _ignore_catchable_signals()
     os.close(pipe_w)
     os.close(ack_r)
     import ctypes  # after the fork: the runner child must start with nothing imported (see above)

@@ -147,7 +147,10 @@ _DENIED_EVENTS = frozenset({
 
 
 def _install_guards():
-    """Python-level audit hook (defence in depth only; the OS layers are the real boundary)."""
+    """Python-level audit hook: a diagnostic that turns casual attempts into a clear
+    PermissionError, not a security layer. It runs in the candidate's own interpreter, which can
+    switch it off (``_DENIED_EVENTS`` is a global of this program); the OS layers are the
+    boundary, and the attack suites run without it."""
 
     def hook(event, args):
         if event in _DENIED_EVENTS:
@@ -201,6 +204,8 @@ def runner(cfg, out, ack):
         filtered = bool(cfg["seccomp"]) and seccomp_in_force()
         if cfg["seccomp"] and not filtered:
             raise OSError("the seccomp filter is not in force")
+        if not channels_closed():  # every tier: no channel to a concurrent case (child_channels.py)
+            raise OSError("the channel filter is not in force")
         cpu_at_arm = _cpu_seconds()
         if cfg["python_guards"]:
             _install_guards()

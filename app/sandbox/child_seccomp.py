@@ -1,10 +1,12 @@
 """Seccomp deny-list for every process of a sandbox, built with libseccomp through ctypes.
 
 Stdlib only: this file is concatenated into the harness that runs inside the sandbox. The harness
-installs it first thing, before it forks the reporter and the runner (``arm_seccomp_first``), so
-no process of the sandbox (the bubblewrap tier's pid 1 included) ever runs without it; the runner
-checks with the kernel that it is in force immediately before candidate code runs. Nothing the
+installs it first thing (after the channel filter of child_channels.py), before it forks the
+reporter and the runner (``arm_seccomp_first``), so no process of the sandbox (the bubblewrap
+tier's pid 1 included) ever runs without it; the runner checks with the kernel that it is in
+force immediately before candidate code runs. Nothing the
 warm-up of numpy or JAX needs is on the list."""
+# ruff: noqa: F821 - install_channel_filter() comes from child_channels.py, an earlier part of the program
 
 import ctypes
 import ctypes.util
@@ -165,21 +167,31 @@ def install_compiled():
 
 
 def seccomp_in_force():
-    """True when the kernel runs a seccomp filter on the calling thread (PR_GET_SECCOMP is 2)."""
-    return ctypes.CDLL(None, use_errno=True).prctl(21, 0, 0, 0, 0) == 2
+    """True when the deny-list answers on the calling thread: a filter is in force
+    (PR_GET_SECCOMP is 2) and unshare(0), a no-op the list refuses, fails with EPERM. (The
+    channel filter alone, in every tier, would satisfy the first check.)"""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(21, 0, 0, 0, 0) != 2:
+        return False
+    ctypes.set_errno(0)
+    return libc.unshare(0) == -1 and ctypes.get_errno() == _errno.EPERM
 
 
 def arm_seccomp_first():
-    """Install the deny-list in the process the parent started, before the harness forks: the
-    reporter (the sandbox's pid 1 in the bubblewrap tier), the runner and everything they start
-    inherit it. Stops the child if it cannot be installed (the probe then refuses the tier)."""
+    """Install the channel filter (always) and the deny-list (when asked) in the process the
+    parent started, before the harness forks: the reporter (the sandbox's pid 1 in the
+    bubblewrap tier), the runner and everything they start inherit them. Stops the child if
+    either cannot be installed (the probe then refuses the tier)."""
     import json
     import os
     import sys
 
-    if not json.loads(sys.argv[1]).get("seccomp"):
-        return
     try:
+        # Every tier, with the deny-list or without it: no channel between concurrent cases
+        # (child_channels.py).
+        install_channel_filter()
+        if not json.loads(sys.argv[1]).get("seccomp"):
+            return
         if _COMPILED:  # a fork of the fork server
             install_compiled()
             return

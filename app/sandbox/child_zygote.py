@@ -10,14 +10,15 @@ The fork (the case *leader*) takes the case's pipes, starts a session of its own
 one byte on stdin: the service sends it once it has moved the leader into the case's control
 group. Then, in the bubblewrap tier, the leader unshares fresh mount, pid, IPC, network, UTS and
 cgroup namespaces and forks the case's pid 1, which mounts a private size-capped tmpfs on /tmp
-and /dev/shm and its own read-only /proc; the leader only waits for it and exits with it (killing
-the leader kills pid 1 through its parent-death signal, and with it the namespace). In the plain
+and /dev/shm and its own read-only /proc (with /proc/locks hidden); the leader only waits for it
+and exits with it (killing the leader kills pid 1 through its parent-death signal, and with it
+the namespace). In the plain
 tier the leader itself goes on, in the case's private directories. Either way the process that
 goes on drops to the case's dedicated uid (no capabilities left), sets no_new_privs and runs the
 harness's ``main()`` exactly as a started child does: seccomp first, then the reporter and the
 runner."""
-# ruff: noqa: F821 - arm_seccomp_first(), main(), _import_profile(), load_libseccomp() and compile_seccomp() come from
-# earlier parts of the program
+# ruff: noqa: F821 - arm_seccomp_first(), main(), _import_profile(), load_libseccomp(), compile_seccomp() and
+# prepare_channel_filter() come from earlier parts of the program
 
 import ctypes
 import gc
@@ -30,7 +31,7 @@ import sys
 _NEW_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000)
 # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWPID | NEWNET
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REC, _MS_PRIVATE = 1 << 14, 1 << 18
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 1 << 12, 1 << 14, 1 << 18
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
 _RESULT_FD = 3  # where the case's result channel sits in the fork
 _CASE_FDS = 4  # stdin, stdout, stderr, result channel
@@ -68,6 +69,9 @@ def _private_filesystems(libc, zcfg, uid):
     _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={int(zcfg['tmpfs_bytes'])},mode=1777")
     _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={int(zcfg['shm_bytes'])},mode=1777")
     _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY, None)
+    # /proc/locks lists every file lock on the host: an empty file instead (as bwrap_argv does).
+    _mount(libc, "/dev/null", "/proc/locks", None, _MS_BIND, None)
+    _mount(libc, None, "/proc/locks", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None)
     for d in ("/tmp/work", "/tmp/home"):
         os.mkdir(d, 0o700)
         if uid is not None:
@@ -137,6 +141,8 @@ def zygote_main():
             if lib is None:
                 raise OSError("libseccomp is not available")
             compile_seccomp(lib)
+        if sys.platform.startswith("linux"):
+            prepare_channel_filter()  # every fork loads it (arm_seccomp_first)
         threads = _threads()
         if threads != 1:
             raise OSError(f"the imports started {threads - 1} threads")

@@ -57,7 +57,7 @@ class SandboxFault(Exception):
     """The sandbox itself failed (a child could not start or died before candidate code)."""
 
 
-_HARNESS_PARTS = ("child_seccomp.py", "child_values.py", "child_runner.py", "child_harness.py")
+_HARNESS_PARTS = ("child_channels.py", "child_seccomp.py", "child_values.py", "child_runner.py", "child_harness.py")
 
 
 @cache
@@ -221,6 +221,9 @@ def bwrap_argv(plan: Plan, sb: SandboxSettings, *, zygote: bool = False) -> list
     argv += [
         # /proc read-only: /proc/<pid>/mem cannot be opened for writing, whoever owns the pid.
         "--proc", "/proc", "--remount-ro", "/proc",
+        # /proc/locks lists every file lock on the host: covered (no case takes a lock anyway,
+        # child_channels.py). Bubblewrap binds it nodev, so it cannot even be opened.
+        "--ro-bind", "/dev/null", "/proc/locks",
         # /dev read-only with a size-capped shared-memory tmpfs (bubblewrap's /dev is itself an
         # unbounded tmpfs); tmpfs pages are charged to the case's memory group where there is one.
         "--dev", "/dev", "--perms", "1777", "--size", str(sb.shm_bytes), "--tmpfs", "/dev/shm",
