@@ -103,3 +103,34 @@ def _pair(box: Any, channel: Channel) -> tuple[dict[str, Any], dict[str, Any]]:
     sent, received = observed(runs["sent"]), observed(received_run)
     assert isinstance(sent, dict) and isinstance(received, dict), (runs["sent"], received_run)
     return sent, received
+
+
+HONEST = """
+import os, sqlite3, tempfile
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+def solve(n):
+    # What an honest submission may do: numpy, a jitted and sharded JAX computation, and a
+    # library that locks its own temporary file (sqlite takes POSIX locks on its database).
+    a = np.arange(n, dtype=np.float64)
+    mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
+    x = jax.device_put(jnp.arange(n, dtype=jnp.float32), NamedSharding(mesh, P("x")))
+    total = float(jax.jit(lambda v: (v * 2).sum())(x))
+    path = os.path.join(tempfile.mkdtemp(), "own.db")
+    with sqlite3.connect(path) as db:
+        db.execute("create table t (v real)")
+        db.executemany("insert into t values (?)", [(float(v),) for v in a])
+        stored = db.execute("select sum(v) from t").fetchone()[0]
+    return [float(a.sum()), total, stored]
+"""
+
+
+def test_honest_numpy_jax_and_a_locking_library_run_under_the_filter(tier: str) -> None:
+    n = 16 + int.from_bytes(os.urandom(1), "big")
+    box = get_sandbox(tier_settings(tier, wall_seconds=30.0, cpu_seconds=20.0))
+    run = box.run(HONEST, "solve", [n], profile="jax")
+    expected = float(sum(range(n)))  # the oracle: the same sums, computed here
+    assert observed(run) == [expected, 2 * expected, expected], (run.status, run.final)
