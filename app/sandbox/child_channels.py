@@ -105,10 +105,18 @@ class _Program(ctypes.Structure):
 
 
 _CHANNEL_PROGRAM: list = []  # built once per process (the fork server's forks inherit it)
+_LIBC: list = []
+
+
+def _libc_handle():
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
 
 
 def prepare_channel_filter():
     """Build the program for this machine (OSError where there is none)."""
+    _libc_handle()
     if not _CHANNEL_PROGRAM:
         try:
             prog = channel_program()
@@ -125,7 +133,7 @@ def install_channel_filter():
     prepare_channel_filter()
     insns = _CHANNEL_PROGRAM[0]
     fprog = _Program(len(insns), ctypes.cast(insns, ctypes.POINTER(_Instruction)))
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc_handle()
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "no_new_privs")
     if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
@@ -137,7 +145,7 @@ def channels_closed():
     where there is no Linux seccomp to install it."""
     if not _sys.platform.startswith("linux"):
         return True
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc_handle()
     ctypes.set_errno(0)
     fd = libc.inotify_init1(0o2000000)  # IN_CLOEXEC
     if fd >= 0:
