@@ -40,11 +40,13 @@ def test_syscall_numbers_are_libseccomps(machine: str, arch: bytes) -> None:
     assert token
     audit_arch, _, numbers = _part(SOURCE, "child_channels.py")["_ARCHES"][machine]
     assert audit_arch == token  # libseccomp's arch token is the AUDIT_ARCH value
+    checked: list[bool] = []
     for name, nr in numbers.items():
         known = lib.seccomp_syscall_resolve_name_arch(token, name.encode())
-        assert known in (nr, -1 & 0xFFFFFFFF, -1) or known < 0, (machine, name, known)
-        if known >= 0:
+        if known >= 0:  # (a libseccomp older than the call does not know it)
             assert known == nr, (machine, name, known, nr)
+        checked.append(known >= 0)
+    assert sum(checked) >= len(numbers) - 1, checked  # all but cachestat (Linux 6.5) at the least
 
 
 def _in_fork(check: Callable[[], dict[str, Any]], *, filtered: bool) -> dict[str, Any]:
