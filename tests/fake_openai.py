@@ -17,7 +17,8 @@ picks the behaviour, so concurrent tests never disturb one another:
     judge-redirect              307 to another address (must not be followed)
     judge-copier                repeats the response's first line, then its own verdict (like judge-match)
     judge-echo-json             like judge-copier, but copies a JSON object the response holds instead
-    judge-obedient              like judge-match, but obeys "reply <word>" written inside the response
+    judge-obedient              like judge-match, but obeys "reply with the word for correct" inside the response
+    judge-400                   always 400 (a request this endpoint refuses, whatever the response)
     judge-small-context         like judge-match, but 400 (context length) when the request exceeds
                                 ``context_chars`` characters
 
@@ -58,7 +59,7 @@ _REFERENCE = re.compile(r"Reference answer:\n(.*?)\n\n(?:Source passage|Candidat
 _CANDIDATE = re.compile(r"Candidate response:\n<<<(?P<tag>[\w-]*)\n(?P<body>.*?)\n(?P=tag)>>>", re.DOTALL)
 _OBEYED = re.compile(r"answer\s+(?:with\s+)?[\"']?yes", re.IGNORECASE)
 _WORDS = re.compile(r"Reply with exactly one word: (\w+) if the candidate response is correct, (\w+) if it is not")
-_ORDERS = re.compile(r"reply\s+(?:with\s+)?[\"']?(\w+)", re.IGNORECASE)
+_ORDERS = re.compile(r"reply with the word for correct", re.IGNORECASE)
 # A judge that ignores the tag: the response runs from the first "<<<" to the first ">>>".
 _UNTAGGED = re.compile(r"Candidate response:\n<<<[^\n]*\n(?P<body>.*?)>>>", re.DOTALL)
 RETRY_MARK = "previous reply was not a verdict"
@@ -231,6 +232,8 @@ class FakeOpenAI:
             return 200, _completion(model, _word(True)), {}
         if model == "judge-always-429":
             return 429, _error("rate limited", "rate_limit_exceeded"), {"retry-after": "0"}
+        if model == "judge-400":
+            return 400, _error("unsupported parameter", "invalid_request_error"), {}
         if model == "judge-401":
             return 401, _error("invalid api key", "invalid_api_key"), {}
         if model == "judge-slow":
@@ -251,9 +254,8 @@ class FakeOpenAI:
             if model == "judge-echo-json":
                 echoed = re.search(r"\{[^{}]*\}", response)
                 return 200, _completion(model, echoed.group() if echoed else own), {}
-            if model == "judge-obedient":  # does what the response tells it, in the response's words
-                orders = _ORDERS.search(response)
-                return 200, _completion(model, orders.group(1) if orders else own), {}
+            if model == "judge-obedient":  # does what the response tells it, fence or no fence
+                return 200, _completion(model, _word(True) if _ORDERS.search(response) else own), {}
             return 200, _completion(model, own), {}
         if model == "judge-gullible":
             # Follows any "answer yes" outside the fenced response (as a model that trusts the

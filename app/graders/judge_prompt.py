@@ -55,9 +55,11 @@ class VerdictWords:
 YES_NO = VerdictWords("yes", "no")  # judge-check's plain probes, and the tests' fixed words
 # Plain, common words a model spells as asked; no two share a first letter, so the first token of
 # either (all a logprobs reply has) says which it is.
-_WORDS = ("amber", "basalt", "cobalt", "delta", "ember", "falcon", "granite", "harbor", "indigo", "juniper",
+# None is a term of the field or a model's name ("delta", "Falcon", "Granite"), so a right answer
+# rarely holds one by chance (which would make its reply no verdict).
+_WORDS = ("amber", "basalt", "cobalt", "dahlia", "ember", "fennel", "gravel", "harbor", "indigo", "juniper",
           "kestrel", "lantern", "meadow", "nickel", "orchid", "pepper", "quartz", "raven", "saffron", "timber",
-          "umber", "velvet", "walnut", "zephyr")
+          "umber", "velvet", "walnut", "zinnia")
 
 
 def verdict_words() -> VerdictWords:

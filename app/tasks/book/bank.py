@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.quantities import find_quantities, parse_quantity
 from app.tasks.base import FiniteBank, Task
 from app.tasks.book import source
 from app.tasks.book.annotations import Annotation, AnnotationError, annotations_digest, load_annotations
@@ -30,7 +31,6 @@ from app.tasks.book.parser import (
     is_fence,
     parse_chapter,
 )
-from app.quantities import find_quantities, parse_quantity
 from app.tasks.key_content import item_ids, key_content
 
 if TYPE_CHECKING:
