@@ -58,7 +58,7 @@ class HeldOutSettings(BaseModel):
 
     splits: list[str] = Field(default_factory=lambda: ["exam"])
     # Grades one tenant may spend on one item per window (a tenant's own setting overrides it).
-    grades_per_item: int = Field(128, gt=0)
+    grades_per_item: int = Field(64, gt=0)
     window_seconds: int = Field(7 * 24 * 3600, gt=0)
 
 

@@ -51,6 +51,8 @@ def held_out_view(result: GradeResult) -> GradeResult:
     else:
         why = result.explanation
     details = {k: v for k, v in result.details.items() if k in HELD_OUT_DETAILS}
+    if details.get("tolerance_not_applied"):
+        why = f"{why}; {TOLERANCE_NOT_APPLIED}"
     return result.model_copy(update={"outcome": outcome, "explanation": why, "values": [], "details": details})
 
 
