@@ -50,6 +50,18 @@ class Limits(BaseModel):
     max_wait_seconds: float = Field(60.0, ge=0)
 
 
+class HeldOutSettings(BaseModel):
+    """Splits held out for evaluation: grades of their items are budgeted per tenant and item,
+    and results carry no per-value verdicts (docs/splits.md gives the arithmetic of the default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    splits: list[str] = Field(default_factory=lambda: ["exam"])
+    # Grades one tenant may spend on one item per window (a tenant's own setting overrides it).
+    grades_per_item: int = Field(64, gt=0)
+    window_seconds: int = Field(7 * 24 * 3600, gt=0)
+
+
 class QueueSettings(BaseModel):
     """Queued grading (judge, impl). Heartbeats and maintenance are seconds, not RQ's minutes, so
     a job held by a worker that died is retried quickly."""
@@ -220,6 +232,7 @@ class Settings(BaseSettings):
     book_base_url: str = "https://raw.githubusercontent.com/jax-ml/scaling-book"
     book_download_timeout: float = Field(30.0, gt=0)
     judge: JudgeSettings = JudgeSettings()
+    held_out: HeldOutSettings = HeldOutSettings()
     # Show expected values in responses to task-id grades when no tenants file is used (tenants
     # have their own `reveal_expected`). Off: a policy that reads its grade must not read the gold.
     reveal_expected: bool = False

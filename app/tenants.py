@@ -28,6 +28,8 @@ class Tenant:
     # reports only, never for a tenant whose policy can read its grades. None: the server setting
     # (the local user of a deployment without a tenants file).
     reveal_expected: bool | None = None
+    # Grades per held-out item and window for this tenant; None: the server's held_out setting.
+    held_out_grades_per_item: int | None = None
 
     def reveals_expected(self, default: bool) -> bool:
         return default if self.reveal_expected is None else self.reveal_expected
@@ -81,7 +83,11 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
             judge_base_urls=tuple(entry.get("judge_base_urls", ())),
             reveal_expected=entry.get("reveal_expected", False),
             reward_key_digests=tuple(d.lower() for d in reward_digests),
+            held_out_grades_per_item=entry.get("held_out_grades_per_item"),
         )
+        budget = tenant.held_out_grades_per_item
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+            raise TenantsFileError(f"tenant {name!r}: 'held_out_grades_per_item' must be a positive integer")
         if not isinstance(tenant.reveal_expected, bool):
             raise TenantsFileError(f"tenant {name!r}: 'reveal_expected' must be true or false")
         if tenant.rate_per_second <= 0 or tenant.burst < 1:

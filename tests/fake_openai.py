@@ -15,6 +15,17 @@ picks the behaviour, so concurrent tests never disturb one another:
     judge-match                 yes iff the candidate response equals the reference answer
     judge-gullible              like judge-match, but obeys "answer yes" written outside the fence
     judge-redirect              307 to another address (must not be followed)
+    judge-copier                repeats the response's first line, then its own verdict (like judge-match)
+    judge-echo-json             like judge-copier, but copies a JSON object the response holds instead
+    judge-obedient              like judge-match, but obeys "reply with the word for correct" inside the response
+    judge-400                   always 400 (a request this endpoint refuses, whatever the response)
+    judge-small-context         like judge-match, but 400 (context length) when the request exceeds
+                                ``context_chars`` characters
+
+Verdicts use the words the grader asked for ("Reply with exactly one word: X if ... correct, Y if
+it is not"), yes/no when the request names none. Every model refuses (400) a conversation whose
+roles a strict chat template rejects: anything but an optional leading system message, then user
+and assistant turns alternating from a user turn and ending on one.
 
 Constrained judges (yes iff the response equals the reference, like judge-match) that honour
 one constraint and chat without it, so ``judge-check`` can probe which one an endpoint supports:
@@ -47,13 +58,31 @@ _REFERENCE = re.compile(r"Reference answer:\n(.*?)\n\n(?:Source passage|Candidat
 # closing mark of the same tag (an untagged "<<<" fence closes at the first ">>>").
 _CANDIDATE = re.compile(r"Candidate response:\n<<<(?P<tag>[\w-]*)\n(?P<body>.*?)\n(?P=tag)>>>", re.DOTALL)
 _OBEYED = re.compile(r"answer\s+(?:with\s+)?[\"']?yes", re.IGNORECASE)
+_WORDS = re.compile(r"Reply with exactly one word: (\w+) if the candidate response is correct, (\w+) if it is not")
+_ORDERS = re.compile(r"reply with the word for correct", re.IGNORECASE)
 # A judge that ignores the tag: the response runs from the first "<<<" to the first ">>>".
 _UNTAGGED = re.compile(r"Candidate response:\n<<<[^\n]*\n(?P<body>.*?)>>>", re.DOTALL)
 RETRY_MARK = "previous reply was not a verdict"
+_asked = threading.local()  # the verdict words of the request this handler thread answers
 
 
 def _word(v: bool) -> str:
-    return "yes" if v else "no"
+    words = getattr(_asked, "words", ("yes", "no"))
+    return words[0] if v else words[1]
+
+
+def _asked_words(body: dict[str, Any]) -> tuple[str, str]:
+    text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
+    found = _WORDS.findall(text)
+    return found[-1] if found else ("yes", "no")
+
+
+def _strict_template_refuses(body: dict[str, Any]) -> bool:
+    roles = [m.get("role") for m in body.get("messages", []) if isinstance(m, dict)]
+    if roles[:1] == ["system"]:
+        roles = roles[1:]
+    return not roles or roles[-1] != "user" or any(
+        role != ("user" if i % 2 == 0 else "assistant") for i, role in enumerate(roles))
 
 
 # First replies of careless judges, from the verdict v and the fenced response body b.
@@ -87,6 +116,7 @@ class Recorded:
 @dataclass
 class FakeOpenAI:
     slow_seconds: float = 2.0
+    context_chars: int = 20_000
     requests: list[Recorded] = field(default_factory=list)
     _seen: dict[tuple[str, str], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -170,39 +200,63 @@ class FakeOpenAI:
 
     def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         model = str(body.get("model", ""))
+        if _strict_template_refuses(body):
+            return 400, _error("Conversation roles must alternate user/assistant/user/assistant/...",
+                               "invalid_request_error"), {}
+        _asked.words = _asked_words(body)
+        return self._respond(model, body)
+
+    def _respond(self, model: str, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if model == "judge-small-context":
+            size = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+            if size > self.context_chars:
+                return 400, _error("This model's maximum context length is exceeded", "context_length_exceeded"), {}
+            model = "judge-match"
         if model == "judge-yes":
-            return 200, _completion(model, "yes"), {}
+            return 200, _completion(model, _word(True)), {}
         if model == "judge-no":
-            return 200, _completion(model, "No."), {}
+            return 200, _completion(model, _word(False).capitalize() + "."), {}
         if model == "judge-garbage":
             return 200, _completion(model, "It depends on how you look at it."), {}
         if model == "judge-think":
-            return 200, _completion(model, "<think>compare both</think>\nYes."), {}
+            return 200, _completion(model, f"<think>compare both</think>\n{_word(True).capitalize()}."), {}
         if model == "judge-empty":
             return 200, _completion(model, None), {}
         if model == "judge-429-then-yes":
             if self._first_call(model, body):
                 return 429, _error("rate limited", "rate_limit_exceeded"), {"retry-after": "0"}
-            return 200, _completion(model, "yes"), {}
+            return 200, _completion(model, _word(True)), {}
         if model == "judge-500-then-yes":
             if self._first_call(model, body):
                 return 500, _error("upstream failure", "server_error"), {}
-            return 200, _completion(model, "yes"), {}
+            return 200, _completion(model, _word(True)), {}
         if model == "judge-always-429":
             return 429, _error("rate limited", "rate_limit_exceeded"), {"retry-after": "0"}
+        if model == "judge-400":
+            return 400, _error("unsupported parameter", "invalid_request_error"), {}
         if model == "judge-401":
             return 401, _error("invalid api key", "invalid_api_key"), {}
         if model == "judge-slow":
             time.sleep(self.slow_seconds)
-            return 200, _completion(model, "yes"), {}
+            return 200, _completion(model, _word(True)), {}
         if model == "judge-redirect":
             return 307, _error("moved", "redirect"), {"location": "http://169.254.169.254/v1/chat/completions"}
-        if model == "judge-match":
+        if model in ("judge-match", "judge-copier", "judge-echo-json", "judge-obedient"):
             messages = body.get("messages", [])
             user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
             ref, cand = _REFERENCE.search(user), _CANDIDATE.search(user)
-            same = bool(ref and cand and " ".join(ref.group(1).split()) == " ".join(cand.group("body").split()))
-            return 200, _completion(model, "yes" if same else "no"), {}
+            response = cand.group("body") if cand else ""
+            same = bool(ref and cand and " ".join(ref.group(1).split()) == " ".join(response.split()))
+            own = _word(same)
+            if model == "judge-copier":  # a model that repeats the response's first line first
+                first_line = response.strip().splitlines()[0] if response.strip() else ""
+                return 200, _completion(model, f"{first_line}\n{own}"), {}
+            if model == "judge-echo-json":
+                echoed = re.search(r"\{[^{}]*\}", response)
+                return 200, _completion(model, echoed.group() if echoed else own), {}
+            if model == "judge-obedient":  # does what the response tells it, fence or no fence
+                return 200, _completion(model, _word(True) if _ORDERS.search(response) else own), {}
+            return 200, _completion(model, own), {}
         if model == "judge-gullible":
             # Follows any "answer yes" outside the fenced response (as a model that trusts the
             # grader's own text would); otherwise judges like judge-match.
@@ -211,7 +265,7 @@ class FakeOpenAI:
             ref, cand = _REFERENCE.search(user), _CANDIDATE.search(user)
             outside = user[: cand.start("body")] + user[cand.end("body") :] if cand else user
             same = bool(ref and cand and " ".join(ref.group(1).split()) == " ".join(cand.group("body").split()))
-            return 200, _completion(model, "yes" if _OBEYED.search(outside) or same else "no"), {}
+            return 200, _completion(model, _word(bool(_OBEYED.search(outside) or same))), {}
         if model in ("judge-guided", "judge-schema", "judge-logprobs", "judge-tag-ignorer") or model.startswith(
                 "judge-adv-"):
             return self._constrained(model, body)
@@ -230,7 +284,7 @@ class FakeOpenAI:
         if model == "judge-tag-ignorer":  # trusts anything after the first ">>>", like the old fence
             loose = _UNTAGGED.search(user)
             outside = user[loose.end():] if loose else user
-            return 200, _completion(model, "yes" if _OBEYED.search(outside) or verdict else "no"), {}
+            return 200, _completion(model, _word(bool(_OBEYED.search(outside) or verdict))), {}
         if model == "judge-guided" and guided:
             return 200, _completion(model, guided[0] if verdict else guided[-1]), {}
         if model == "judge-schema" and schema:
@@ -251,7 +305,9 @@ class FakeOpenAI:
                 return 200, _logprob_completion(model, verdict), {}
             return 200, _completion(model, _word(verdict)), {}
         # a constrained model asked without its constraint chats (and ignores the retry note)
-        return 200, _completion(model, f"I think the answer is probably {_word(verdict)}, though it is unclear."), {}
+        # (in its own words, not the verdict words it was asked for)
+        chat = f"I think it is probably {'right' if verdict else 'wrong'}, though it is unclear."
+        return 200, _completion(model, chat), {}
 
 
 def _completion(model: str, content: str | None) -> dict[str, Any]:
@@ -270,13 +326,13 @@ def _completion(model: str, content: str | None) -> dict[str, Any]:
 def _schema_answer(body: dict[str, Any], verdict: bool) -> str:
     """JSON that fits the requested schema's first enum property: its first value for yes."""
     schema = body["response_format"].get("json_schema", {}).get("schema", {})
-    name, spec = next(iter(schema.get("properties", {"verdict": {"enum": ["yes", "no"]}}).items()))
-    choices = spec.get("enum") or ["yes", "no"]
+    name, spec = next(iter(schema.get("properties", {"verdict": {"enum": [_word(True), _word(False)]}}).items()))
+    choices = spec.get("enum") or [_word(True), _word(False)]
     return json.dumps({name: choices[0] if verdict else choices[-1]})
 
 
 def _logprob_completion(model: str, verdict: bool) -> dict[str, Any]:
-    first, second = ("Yes", "No") if verdict else ("No", "Yes")
+    first, second = (_word(verdict).capitalize(), _word(not verdict).capitalize())
     body = _completion(model, first)
     body["choices"][0]["logprobs"] = {"content": [{
         "token": first, "logprob": -0.05, "bytes": None,

@@ -11,8 +11,10 @@ How the response is cut out of the query (first rule that applies):
    (ChatML, Llama 3, Gemma, Mistral/Llama 2 ``[/INST]``, DeepSeek, Phi, plain ``Assistant:``).
 4. Otherwise the whole query.
 
-Then every special token (``<|...|>``, ``<｜...｜>``, ``<s>``, ``</s>``, ``<pad>``,
-``<end_of_turn>``...) is removed, so a trailing ``<|im_end|>`` cannot stick to the answer.
+Then every special token (``<|...|>``, ``<｜...｜>``, ``<pad>``, ``<end_of_turn>``...) is removed,
+so a trailing ``<|im_end|>`` cannot stick to the answer. ``<s>`` and ``</s>`` are also HTML's
+strike-through, a retraction the grader honours: only an unpaired one at either end (Llama's BOS
+and EOS) is removed, so a struck answer stays struck, as ``/v1/grade`` reads it.
 
 Labels are read by ``app.grading.labels``."""
 
@@ -31,8 +33,9 @@ _ASSISTANT_MARKERS = re.compile(
     r"|^Assistant:|\nAssistant:",  # plain transcripts
 )
 _SPECIAL_TOKENS = re.compile(
-    r"<\|[^|<>\n]{1,40}\|>|<｜[^｜<>\n]{1,40}｜>|</?s>|<pad>|<unk>|<eos>|<bos>|<(?:start|end)_of_turn>"
+    r"<\|[^|<>\n]{1,40}\|>|<｜[^｜<>\n]{1,40}｜>|<pad>|<unk>|<eos>|<bos>|<(?:start|end)_of_turn>"
 )
+_BOS, _EOS = "<s>", "</s>"
 _SPACE = re.compile(r"\s+")
 
 
@@ -71,4 +74,14 @@ def response_from_query(query: str, prompt: str | None) -> str:
     if response is None:
         markers = list(_ASSISTANT_MARKERS.finditer(query))
         response = query[markers[-1].end():] if markers else query
-    return _SPECIAL_TOKENS.sub("", response).strip()
+    return _without_bos_eos(_SPECIAL_TOKENS.sub("", response).strip())
+
+
+def _without_bos_eos(text: str) -> str:
+    """``text`` without the unpaired ``<s>``/``</s>`` at its ends: those are BOS and EOS tokens; a
+    pair is a struck-through span, and removing its tags would un-retract what it holds."""
+    while text.endswith(_EOS) and text.count(_EOS) > text.count(_BOS):
+        text = text[: -len(_EOS)].rstrip()
+    while text.startswith(_BOS) and text.count(_BOS) > text.count(_EOS):
+        text = text[len(_BOS):].lstrip()
+    return text

@@ -5,7 +5,10 @@ addresses; the API key comes from the environment variable settings name, never 
 A judge that cannot be reached (down, time-outs, 5xx, refused key) yields ``judge_error``: unscored,
 never a reward. A reply that is not a verdict is asked for once more, in the constrained form;
 if it is still not one the item is scored 0 (``no_verdict``), since the response may have
-provoked it. How the verdict is asked for and read is in judge_prompt.py."""
+provoked it. A request the endpoint refuses as malformed (400, 413, 422: a context overflow from
+a padded response, say) is tried once more with the response left out: if that one is answered,
+the response caused the refusal and the item is scored 0; if not, the endpoint is at fault and
+the item is unscored. How the verdict is asked for and read is in judge_prompt.py."""
 
 from __future__ import annotations
 
@@ -20,13 +23,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from app.graders.judge_prompt import (
-    VERDICT_SCHEMA,
+    YES_NO,
+    VerdictWords,
     build_messages,
     candidate_text,
     parse_json_verdict,
     parse_logprob_verdict,
     parse_verdict,
     retry_messages,
+    verdict_schema,
+    verdict_words,
 )
 from app.graders.result import GradeResult, Outcome
 
@@ -53,6 +59,17 @@ class JudgeCallFailed(Exception):
         super().__init__(reason)
         self.reason = reason
         self.attempts = attempts
+
+
+class JudgeRefused(JudgeCallFailed):
+    """The endpoint refused the request as malformed (400, 413, 422): the request's content, which
+    may be the response's doing, not the endpoint being down."""
+
+
+# Statuses that say "this request" rather than "this endpoint" (401/403/404 are configuration).
+REQUEST_REFUSALS = frozenset({400, 413, 422})
+# What the judge is shown in place of a response when checking who caused a refusal.
+PROBE_RESPONSE = "(no response)"
 
 
 @dataclass(frozen=True)
@@ -192,9 +209,9 @@ CONSTRAINTS = ("none", "guided_choice", "json_schema", "logprobs")
 
 
 def constraint_params(mode: str, max_tokens: int, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Request parameters that constrain the judge's answer in ``mode``. ``schema`` replaces the
-    verdict schema (judge-check probes with choices no free reply would contain)."""
-    schema = schema or VERDICT_SCHEMA
+    """Request parameters that constrain the judge's answer in ``mode``. ``schema`` is the verdict
+    schema of the grade's words (judge-check probes with choices no free reply would contain)."""
+    schema = schema or verdict_schema(YES_NO)
     extra: dict[str, Any] = dict(EXTRA_BODY)
     params: dict[str, Any] = {"max_tokens": max_tokens}
     if mode == "guided_choice":  # vLLM (and SGLang's OpenAI server): decoding limited to the choices
@@ -206,25 +223,28 @@ def constraint_params(mode: str, max_tokens: int, schema: dict[str, Any] | None 
     return {**params, "extra_body": extra}
 
 
-def _read(completion: Any, mode: str) -> tuple[str | None, bool | None]:
+def _read(completion: Any, mode: str, words: VerdictWords) -> tuple[str | None, bool | None]:
     choices = completion.choices or []
     message = choices[0].message if choices else None
     text = message.content if message is not None else None
     if mode == "json_schema":
-        return text, parse_json_verdict(text)
+        return text, parse_json_verdict(text, words)
     if mode == "logprobs":
         content = getattr(getattr(choices[0], "logprobs", None), "content", None) if choices else None
         if content:
             top = [(t.token, t.logprob) for t in (content[0].top_logprobs or [])]
             top.append((content[0].token, content[0].logprob))
-            return text, parse_logprob_verdict(top)
+            return text, parse_logprob_verdict(top, words)
         return text, None  # no log-probabilities: the endpoint ignored the mode it was set to
-    return text, parse_verdict(text)
+    if mode == "guided_choice":  # the decoder could emit nothing else: the reply is the word itself
+        word = (text or "").strip().lower()
+        return text, True if word == words.yes else False if word == words.no else None
+    return text, parse_verdict(text, words)
 
 
 def call_judge(
     target: JudgeTarget, messages: list[dict[str, str]], judge: JudgeSettings, mode: str | None = None,
-    schema: dict[str, Any] | None = None,
+    schema: dict[str, Any] | None = None, words: VerdictWords = YES_NO,
 ) -> JudgeReply:
     """The judge's reply, read in ``mode`` (default: the configured constraint); JudgeCallFailed
     when retries run out or the endpoint refuses the request."""
@@ -243,7 +263,7 @@ def call_judge(
                 model=target.model,
                 messages=messages,  # type: ignore[arg-type]
                 temperature=0.0,
-                **constraint_params(mode, judge.max_tokens, schema),
+                **constraint_params(mode, judge.max_tokens, schema or verdict_schema(words)),
             )
         except retryable as exc:
             log.warning("judge %s at %s: %s (attempt %d)", target.model, target.base_url,
@@ -257,19 +277,35 @@ def call_judge(
             continue
         except openai.OpenAIError as exc:  # 4xx other than 429, malformed responses: not retried
             log.warning("judge %s at %s: %s", target.model, target.base_url, type(exc).__name__)
+            if getattr(exc, "status_code", None) in REQUEST_REFUSALS:
+                raise JudgeRefused(_describe(exc), attempts) from None
             raise JudgeCallFailed(_describe(exc), attempts) from None
-        text, verdict = _read(completion, mode)
+        text, verdict = _read(completion, mode, words)
         return JudgeReply(text, verdict, attempts)
 
 
-def ask_judge(target: JudgeTarget, messages: list[dict[str, str]], judge: JudgeSettings) -> JudgeReply:
+def ask_judge(target: JudgeTarget, messages: list[dict[str, str]], judge: JudgeSettings,
+              words: VerdictWords = YES_NO) -> JudgeReply:
     """A verdict, asked once more (with a closing instruction, in the constrained form) when the
-    first reply is not one. Only the endpoint's own faults raise JudgeCallFailed."""
-    first = call_judge(target, messages, judge)
+    first reply is not one. The endpoint's faults raise JudgeCallFailed (JudgeRefused for a 4xx
+    that names the request)."""
+    first = call_judge(target, messages, judge, words=words)
     if first.verdict is not None:
         return first
-    second = call_judge(target, retry_messages(messages), judge)
+    second = call_judge(target, retry_messages(messages, words), judge, words=words)
     return JudgeReply(second.text, second.verdict, first.attempts + second.attempts)
+
+
+def refusal_caused_by_response(target: JudgeTarget, question: str, reference: str, context: str | None,
+                               judge: JudgeSettings) -> bool:
+    """Whether the endpoint answers the same request with the response left out: if so, the
+    response made the request it refused (too long for its context, say)."""
+    probe = build_messages(question, reference, PROBE_RESPONSE, context, words=verdict_words())
+    try:
+        call_judge(target, probe, judge.model_copy(update={"max_retries": 0}))
+    except JudgeCallFailed:
+        return False
+    return True
 
 
 # ---- grading --------------------------------------------------------------------------------
@@ -291,12 +327,24 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
         return GradeResult(grading="judge", outcome=Outcome.no_answer, reward=0.0,
                            explanation="the completion holds no answer to judge", details=details)
     question = str(task.hidden.get("question") or task.prompt)
-    context = task.hidden.get("context")
-    messages = build_messages(question, task.gold, response, context if isinstance(context, str) else None)
+    raw_context = task.hidden.get("context")
+    context = raw_context if isinstance(raw_context, str) else None
+    words = verdict_words()
+    messages = build_messages(question, task.gold, response, context, words=words)
     details["constraint"] = judge.constraint
     start = time.perf_counter()
     try:
-        reply = ask_judge(target, messages, judge)
+        reply = ask_judge(target, messages, judge, words)
+    except JudgeRefused as exc:
+        details.update(attempts=exc.attempts, latency_s=round(time.perf_counter() - start, 3))
+        if refusal_caused_by_response(target, question, task.gold, context, judge):
+            return GradeResult(grading="judge", outcome=Outcome.no_verdict, reward=0.0,
+                               explanation=f"{exc.reason} for the request holding this response, and answers "
+                               "it without the response: scored 0", extracted_answer=response[:500],
+                               details={**details, "refused_by_judge": True})
+        return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,
+                           explanation=f"{exc.reason}; the item was not scored",
+                           extracted_answer=response[:500], details=details)
     except JudgeCallFailed as exc:
         details.update(attempts=exc.attempts, latency_s=round(time.perf_counter() - start, 3))
         return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,

@@ -109,7 +109,6 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
             break
         other = grade_numeric(alternative, completion, tolerance=tolerance)
         if other.outcome is Outcome.correct:
-            other.explanation += " (against the source's printed figures, also accepted for this task)"
-            other.details["accepted_key"] = "printed"
+            # Said nowhere which key matched: that would tell a prober which figure is the gold.
             result = other
     return result

@@ -20,6 +20,7 @@ class Outcome(StrEnum):
     memory = "memory"  # candidate code ran out of memory
     sandbox_error = "sandbox_error"  # the sandbox itself failed: never a reward
     judge_error = "judge_error"  # the judge could not be reached (down, time-outs, 5xx): no fault of the answer
+    too_long = "too_long"  # the completion is longer than the service grades: scored 0
     no_verdict = "no_verdict"  # the judge gave no verdict even when asked again: scored 0 (the response may cause it)
     error = "error"  # any other grader fault
 

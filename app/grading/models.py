@@ -123,7 +123,9 @@ class GradeRequest(BaseModel):
     task_id: str | None = Field(None, min_length=1, max_length=200)
     reference: InlineReference | None = None
     completion: Completion
-    tolerance: float | None = Field(None, gt=0, lt=1, description="relative tolerance override")
+    tolerance: float | None = Field(
+        None, gt=0, lt=1,
+        description="relative tolerance for an inline reference; a task-id grade uses the task's own (and says so)")
     all_or_nothing: bool = False
     partial_credit: bool = False
     judge: JudgeSpec | None = None
@@ -140,9 +142,11 @@ class GradeRequest(BaseModel):
         return self
 
     def options(self) -> GradeOptions:
-        tolerance = self.tolerance
-        if tolerance is None and self.reference is not None:
-            tolerance = self.reference.tolerance
+        # A task is graded at its own tolerance: a client's, wider or narrower, would make the
+        # grade an oracle (a wide one passes any value near the gold; moving one bisects it).
+        tolerance = None
+        if self.reference is not None:
+            tolerance = self.tolerance if self.tolerance is not None else self.reference.tolerance
         return GradeOptions(
             tolerance=tolerance,
             all_or_nothing=self.all_or_nothing,

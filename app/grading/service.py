@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from app.graders import dispatch
 from app.graders.judge import JudgeUnavailable, normalise_base_url, require_judge_for
 from app.graders.options import JudgeSpec
 from app.graders.result import GradeResult, Outcome, shown_result
+from app.grading.budgets import GradeBudgets
 from app.grading.models import GradeRequest, completion_text, lacks_answer_message
 from app.grading.references import task_from_reference
 from app.jobs.base import JobBackend, JobView, QueuedGrading, body_digest
@@ -28,6 +30,38 @@ from app.tenants import LOCAL_TENANT, Tenant
 
 # Inline items of a batch graded per trip to a worker thread.
 INLINE_CHUNK = 64
+
+TOLERANCE_NOT_APPLIED = ("the request's tolerance was not applied: a task is graded at its own tolerance, "
+                         "never a client's")
+
+# Details a held-out result keeps: how it was graded, never a verdict per value, row or case.
+HELD_OUT_DETAILS = frozenset({"judge_model", "judge_base_url", "constraint", "attempts", "latency_s", "verdict",
+                              "answer_source", "tolerance_not_applied", "too_long"})
+
+
+def held_out_view(result: GradeResult) -> GradeResult:
+    """A held-out item's result: pass or fail at the task's own tolerance, nothing finer. Per-value
+    verdicts (which value was right, its dimension, its error) would let a search for the gold
+    bisect; a bare pass/fail leaves it a scan (docs/splits.md)."""
+    outcome = Outcome.incorrect if result.outcome is Outcome.unit_mismatch else result.outcome
+    if outcome is Outcome.correct:
+        why = "correct at the task's tolerance"
+    elif outcome.scored:
+        why = "not correct at the task's tolerance (verdicts per value are withheld on held-out splits)"
+    else:
+        why = result.explanation
+    details = {k: v for k, v in result.details.items() if k in HELD_OUT_DETAILS}
+    if details.get("tolerance_not_applied"):
+        why = f"{why}; {TOLERANCE_NOT_APPLIED}"
+    return result.model_copy(update={"outcome": outcome, "explanation": why, "values": [], "details": details})
+
+
+def too_long_result(task: Task, limit: int) -> GradeResult:
+    """An over-long completion is a wrong answer the policy wrote, not a refused request: scored 0,
+    so a trainer cannot drop it (and a policy cannot escape a 0 by padding)."""
+    return GradeResult(task_id=task.id or None, split=task.split or None, grading=task.grading,
+                       outcome=Outcome.too_long, reward=0.0, details={"too_long": True},
+                       explanation=f"the completion exceeds {limit} characters; scored 0")
 
 
 def job_payload(request: GradeRequest, tenant: str) -> dict[str, Any]:
@@ -58,9 +92,31 @@ class GradingService:
     """``jobs`` carries queued grading. Left out, in-process threads are made on first use (a
     worker grading a job payload never needs them); a deployment with Redis passes its backend."""
 
-    def __init__(self, settings: Settings, jobs: JobBackend | None = None) -> None:
+    def __init__(self, settings: Settings, jobs: JobBackend | None = None,
+                 budgets: GradeBudgets | None = None) -> None:
         self.settings = settings
         self._jobs = jobs
+        self._budgets = budgets
+
+    @property
+    def budgets(self) -> GradeBudgets:
+        """Held-out grade budgets: in the job backend's Redis when it has one (shared by replicas)."""
+        if self._budgets is None:
+            self._budgets = GradeBudgets(getattr(self._jobs, "async_redis", None))
+        return self._budgets
+
+    def held_out(self, task: Task) -> bool:
+        return bool(task.id) and task.split in self.settings.held_out.splits
+
+    async def charge(self, tasks: Sequence[Task], tenant: Tenant) -> None:
+        """Spend the tenant's grades on held-out items, all or nothing (a 429 past the budget)."""
+        counts = Counter(t.id for t in tasks if self.held_out(t))
+        if counts:
+            budget = tenant.held_out_grades_per_item or self.settings.held_out.grades_per_item
+            await self.budgets.spend(tenant.name, counts, budget, self.settings.held_out.window_seconds)
+
+    def too_long(self, text: str) -> bool:
+        return len(text) > self.settings.limits.max_completion_chars
 
     @property
     def jobs(self) -> JobBackend:
@@ -72,9 +128,6 @@ class GradingService:
 
     def prepare(self, request: GradeRequest) -> tuple[Task, str]:
         text = completion_text(request.completion)
-        if len(text) > self.settings.limits.max_completion_chars:
-            raise ApiError(413, "completion_too_long",
-                           f"the completion exceeds {self.settings.limits.max_completion_chars} characters")
         if request.task_id is not None:
             try:
                 task = resolve_task(request.task_id, self.settings)
@@ -83,7 +136,7 @@ class GradingService:
         else:
             assert request.reference is not None  # the model requires a task id or a reference
             task = task_from_reference(request.reference, self.settings)
-        if task.grading == "judge":
+        if task.grading == "judge" and not self.too_long(text):
             self.require_judge([task], request)
         return task, text
 
@@ -96,7 +149,9 @@ class GradingService:
 
     def grade_now(self, task: Task, text: str, request: GradeRequest) -> GradeResult:
         start = time.perf_counter()
-        if lacks_answer_message(request.completion):
+        if self.too_long(text):
+            result = too_long_result(task, self.settings.limits.max_completion_chars)
+        elif lacks_answer_message(request.completion):
             # A transcript without the policy's turn: the rollout produced no answer, a scored 0
             # (not a refusal, which a trainer would drop, nor a grade of someone else's text).
             result = GradeResult(task_id=task.id or None, split=task.split or None, grading=task.grading,
@@ -104,12 +159,21 @@ class GradingService:
                                  explanation="the transcript has no assistant message to grade")
         else:
             result = dispatch.grade(task, text, request.options(), self.settings)
+        if request.task_id is not None and request.tolerance is not None:
+            # Said, not silently dropped: a client that believes it set a tolerance learns it did not.
+            result.explanation = f"{result.explanation}; {TOLERANCE_NOT_APPLIED}"
+            result.details["tolerance_not_applied"] = True
         record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start)
         return result
 
     def shown(self, result: GradeResult, tenant: Tenant) -> GradeResult:
-        """The result as this tenant may see it: no gold unless its operator reveals it."""
-        return shown_result(result, tenant.reveals_expected(self.settings.reveal_expected))
+        """The result as this tenant may see it: no gold unless its operator reveals it, and on a
+        held-out split no verdict finer than pass or fail."""
+        reveal = tenant.reveals_expected(self.settings.reveal_expected)
+        result = shown_result(result, reveal)
+        if not reveal and result.task_id is not None and result.split in self.settings.held_out.splits:
+            result = held_out_view(result)
+        return result
 
     def run_job(self, payload: dict[str, Any]) -> GradeResult:
         """Grade a job payload (see ``job_payload``) in a worker process."""
@@ -133,10 +197,12 @@ class GradingService:
         """The full result (gold included, as stored for the job); callers show it via ``shown``."""
         request = apply_tenant_judge(request, tenant)
         task, text = self.prepare(request)
+        await self.charge([task], tenant)
         return await self._grade_prepared(request, task, text, tenant)
 
     async def _grade_prepared(self, request: GradeRequest, task: Task, text: str, tenant: Tenant) -> GradeResult:
-        inline = task.grading in INLINE_KINDS
+        # an over-long completion is scored 0 at once: nothing to queue
+        inline = task.grading in INLINE_KINDS or self.too_long(text)
         if inline and request.request_id is None:
             return self.grade_now(task, text, request)
         digest = body_digest(request.model_dump_json(exclude={"request_id", "wait"}))
@@ -184,11 +250,12 @@ class GradingService:
             except ApiError as problem:
                 results[i] = self._refused(request, problem)
                 continue
-            if task.grading in INLINE_KINDS and request.request_id is None:
+            if (task.grading in INLINE_KINDS or self.too_long(text)) and request.request_id is None:
                 inline.append((i, task, text, request))
             else:  # queued kinds, and idempotent items, go through the job store
                 others.append((i, task, text, request))
 
+        await self.charge([task for _, task, _, _ in inline + others], tenant)  # a 429 refuses the batch
         for start in range(0, len(inline), INLINE_CHUNK):
             chunk = inline[start : start + INLINE_CHUNK]
             graded = await anyio.to_thread.run_sync(self._grade_chunk, chunk)

@@ -26,7 +26,9 @@ DOWN = "http://127.0.0.1:9/v1"  # allow-listed, but nothing listens: an endpoint
 @pytest.fixture(scope="module")
 def api(judge_server):
     env = {"SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([judge_server.base_url, DOWN]),
-           "SCALING_GRADER_JUDGE__BACKOFF_SECONDS": "0.01", "SCALING_GRADER_JUDGE__TIMEOUT_SECONDS": "5"}
+           "SCALING_GRADER_JUDGE__BACKOFF_SECONDS": "0.01", "SCALING_GRADER_JUDGE__TIMEOUT_SECONDS": "5",
+           # the table grades one exam item hundreds of times on purpose (budgets: tests/grading)
+           "SCALING_GRADER_HELD_OUT__GRADES_PER_ITEM": "100000"}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield client
 

@@ -63,3 +63,15 @@ def test_the_response_quoting_the_prompt_is_not_cut_twice() -> None:
 
 def test_no_prompt_and_no_template_keeps_the_whole_query() -> None:
     assert response_from_query(RESPONSE, None) == RESPONSE
+
+
+@pytest.mark.parametrize(("response", "kept"), [
+    ("<s>Final answer: 5 s</s> Final answer: 7 s", "<s>Final answer: 5 s</s> Final answer: 7 s"),
+    ("Final answer: <s>5 s</s> 7 s", "Final answer: <s>5 s</s> 7 s"),
+    ("Final answer: 7 s", "Final answer: 7 s"),
+])
+def test_a_struck_answer_stays_struck_while_bos_and_eos_go(response: str, kept: str) -> None:
+    # the query a Llama-2-style trainer decodes: BOS, the prompt, the response, EOS
+    prompt = "<s>[INST] How long? [/INST]"
+    assert response_from_query(prompt + " " + response + "</s>", prompt) == kept
+    assert response_from_query(prompt + " " + response + "</s>", None) == kept

@@ -131,3 +131,33 @@ def test_cli_probes_and_names_the_setting(fake, book_env, capsys):
     out = capsys.readouterr().out
     assert "json_schema yes" in out and "guided_choice no" in out
     assert "SCALING_GRADER_JUDGE__CONSTRAINT=json_schema" in out and "agreement: 100.0%" in out
+
+
+# ---- adversarial responses --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["judge-match", "judge-copier", "judge-echo-json"])
+def test_judges_the_dressed_answers_cannot_steer_pass(fake, judge_tasks, model):
+    report = judge_check.run_check(Settings(), judge_tasks[:4], model=model, base_url=fake.base_url)
+    assert report["steered_by"] == [] and report["adversarial"] == len(judge_check.ADVERSARIAL_WRAPPERS)
+
+
+def test_an_obedient_judge_is_caught_and_not_recommended(fake, book_env, capsys):
+    # it agrees perfectly on plain references, but follows an instruction inside the response
+    args = parser_for(judge_check).parse_args(
+        ["judge-check", "--model", "judge-obedient", "--base-url", fake.base_url, "--limit", "4"])
+    assert args.func(args) == 1
+    out = capsys.readouterr().out
+    assert "agreement: 100.0%" in out and "not recommended" in out and "instruction" in out
+
+
+def test_a_yes_sayer_is_steered_by_every_dressing(fake, judge_tasks):
+    report = judge_check.run_check(Settings(), judge_tasks[:4], model="judge-yes", base_url=fake.base_url)
+    assert len(report["steered_by"]) == len(judge_check.ADVERSARIAL_WRAPPERS)
+
+
+def test_adversarial_cases_wrap_a_wrong_answer(judge_tasks):
+    cases = judge_check.adversarial_cases(judge_tasks)
+    assert {name for _, name, _ in cases} == set(judge_check.ADVERSARIAL_WRAPPERS)
+    for task, _, completion in cases:
+        assert str(task.gold) not in completion  # a wrong answer: only steering could earn it a reward

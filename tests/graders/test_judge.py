@@ -51,8 +51,8 @@ def test_exact_request_sent(fake, judge_settings):
     assert req.body["temperature"] == 0.0
     assert req.headers["authorization"] == f"Bearer {KEY}"
     system, user = req.body["messages"]
-    assert system["role"] == "system" and "yes or no" in system["content"]
-    assert user["role"] == "user"
+    assert system["role"] == "system" and "verdict words" in system["content"]
+    assert user["role"] == "user" and "Reply with exactly one word:" in user["content"]
     for part in (QUESTION, REFERENCE, CONTEXT, RESPONSE):
         assert part in user["content"]
     assert "Answer in a few sentences" not in user["content"]  # the bare question, not the prompt
@@ -121,7 +121,7 @@ def test_the_gullible_judge_is_fooled_by_an_unfenced_prompt(fake):
               f"{INJECTIONS[3][1]}\n>>>\n\nIs the candidate response correct?")
     client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
     reply = client.chat.completions.create(model="judge-gullible", messages=[{"role": "user", "content": legacy}])
-    assert reply.choices[0].message.content == "yes"
+    assert reply.choices[0].message.content == "yes"  # no words asked for: the plain ones
 
 
 # ---- retries and time-outs ----------------------------------------------------------------------
@@ -296,8 +296,10 @@ def test_a_non_verdict_is_asked_once_more_then_scored_zero(fake, judge_settings)
     result = grade_task(TASK, RESPONSE, options(fake, "judge-garbage"), judge_settings())
     assert result.outcome is Outcome.no_verdict and result.reward == 0.0 and result.scored
     assert len(fake.requests) == 2 and result.details["attempts"] == 2
-    retry = fake.requests[1].body["messages"]
-    assert retry[:2] == fake.requests[0].body["messages"] and "not a verdict" in retry[-1]["content"]
+    first, retry = fake.requests[0].body["messages"], fake.requests[1].body["messages"]
+    # the note ends the user's turn (a system message after it is refused by strict templates)
+    assert [m["role"] for m in retry] == ["system", "user"] and retry[0] == first[0]
+    assert retry[1]["content"].startswith(first[1]["content"]) and "not a verdict" in retry[1]["content"]
 
 
 def test_a_chatty_first_reply_is_settled_by_the_retry(fake, judge_settings):
@@ -307,7 +309,7 @@ def test_a_chatty_first_reply_is_settled_by_the_retry(fake, judge_settings):
 
 
 @pytest.mark.parametrize(("model", "mode", "sent"), [
-    ("judge-guided", "guided_choice", lambda b: b["guided_choice"] == ["yes", "no"]),
+    ("judge-guided", "guided_choice", lambda b: len(b["guided_choice"]) == 2 and "yes" not in b["guided_choice"]),
     ("judge-schema", "json_schema", lambda b: b["response_format"]["type"] == "json_schema"),
     ("judge-logprobs", "logprobs", lambda b: b["logprobs"] is True and b["max_tokens"] == 1),
 ])

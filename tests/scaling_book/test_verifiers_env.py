@@ -49,8 +49,11 @@ def test_chapter_filter_and_tolerance_reach_the_grader() -> None:
                            tolerance=0.6)
     rows = env.get_eval_dataset().to_list()
     assert {r["info"]["chapter"] for r in rows} == {"roofline"}
-    # wrong() pushes the first value up by half: outside the 2% default, inside a 60% tolerance.
-    assert all(_score(env, r, wrong(r["answer"]))[0] == 1.0 for r in rows)
+    # wrong() pushes the first value up by half: outside the 2% default, inside a 60% tolerance,
+    # which reaches the grader but is not applied to a task (it would make grades an oracle)
+    for r in rows:
+        reward, _, result = _score(env, r, wrong(r["answer"]))
+        assert reward == 0.0 and GradeResult.from_json(result).details["tolerance_not_applied"] is True
 
 
 def test_full_rollouts_against_an_openai_compatible_server(monkeypatch) -> None:

@@ -106,8 +106,9 @@ def test_the_v1_taskset_as_verifiers_04_loads_it(venv_python: Path, tmp_path: Pa
                              "num_examples": None}
     assert len(out["tasks"]) == 3 and all(c == "roofline" and key == tid for tid, c, key in out["tasks"])
     assert out["answers_hidden"]
-    # right: 1.0; no answer: 0.0 (scored); wrong by half: inside the 60% tolerance given, so 1.0
-    assert out["scores"] == [[1.0, 1.0], [0.0, 1.0], [1.0, 1.0]] * 3
+    # right: 1.0; no answer: 0.0 (scored); wrong by half: 0.0 (scored), since the 60% tolerance
+    # given is not applied to a task (it would make grades an oracle)
+    assert out["scores"] == [[1.0, 1.0], [0.0, 1.0], [0.0, 1.0]] * 3
     assert "judge_model" in out["judge_refused"]
 
 

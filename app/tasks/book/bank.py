@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.quantities import find_quantities, parse_quantity
 from app.tasks.base import FiniteBank, Task
 from app.tasks.book import source
 from app.tasks.book.annotations import Annotation, AnnotationError, annotations_digest, load_annotations
@@ -21,7 +22,15 @@ from app.tasks.book.cache import BankCache, DiskBankCache, LayeredBankCache, Red
 from app.tasks.book.hardware_tables import ChipRecord, chip_records, chips_named, table_headers
 from app.tasks.book.keys import book_keys, keys_digest
 from app.tasks.book.markdown import to_markdown
-from app.tasks.book.parser import DETAILS_OPEN, PARSER_VERSION, ParsedQuestion, Span, is_fence, parse_chapter
+from app.tasks.book.parser import (
+    DETAILS_ANY,
+    DETAILS_OPEN,
+    PARSER_VERSION,
+    ParsedQuestion,
+    Span,
+    is_fence,
+    parse_chapter,
+)
 from app.tasks.key_content import item_ids, key_content
 
 if TYPE_CHECKING:
@@ -80,15 +89,46 @@ def _locator(chapter: source.Chapter, span: Span) -> dict[str, Any]:
     return {"start": span.start, "end": span.end, "sha256": span.sha256(chapter.text)}
 
 
-def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str) -> str:
+# What stands in a prompt's context for an earlier question's answer block.
+ANSWER_NOT_SHOWN = "\n\n*(The book's answer to this question is not shown here.)*\n\n"
+
+
+def without_answer_blocks(text: str) -> str:
+    """``text`` with every answer block (a ``{% details %}`` block, nested ones included) replaced
+    by a short note: a prompt gives earlier questions as context, never their answers, since
+    another task's gold is usually among them."""
+    out, depth, kept_from = [], 0, 0
+    for m in DETAILS_ANY.finditer(text):
+        if m.group("end") is None:
+            if depth == 0:
+                out.append(text[kept_from : m.start()])
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+            if depth == 0:
+                out.append(ANSWER_NOT_SHOWN)
+                kept_from = m.end()
+    if depth > 0:  # an unclosed block runs to the end of the text: none of it is shown
+        out.append(ANSWER_NOT_SHOWN)
+    else:
+        out.append(text[kept_from:])
+    return "".join(out)
+
+
+def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str, *, answers: bool = False) -> str:
+    """The section before the question, as the prompt's context (``answers`` False) or, with the
+    book's answers to earlier questions kept, as the passage a judge sees beside the reference."""
     first = chapter.text.count("\n", 0, q.context.start) + 1
     where = (
         f"Source: *How To Scale Your Model*, chapter \"{title}\" ({chapter.filename} at "
         f"{source.REPOSITORY}@{source.COMMIT[:12]}), section \"{q.section or title}\", "
         f"lines {first}-{q.line - 1}."
     )
-    # Earlier questions in the section keep their book answers as context; label them as such.
-    raw = DETAILS_OPEN.sub("\n\n*Answer given in the book:*\n\n", q.context.text(chapter.text))
+    section = q.context.text(chapter.text)
+    if answers:
+        raw = DETAILS_OPEN.sub("\n\n*Answer given in the book:*\n\n", section)
+    else:
+        raw = without_answer_blocks(section)
     body = to_markdown(raw)
     elided = "[...]\n"
     budget = CONTEXT_MAX - len(where) - len("\n\n") - len(elided)
@@ -101,14 +141,16 @@ def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str) -> 
 REDACTED = "[omitted]"
 
 
-def _redact(texts: tuple[str, ...], figures: tuple[str, ...], key: str) -> tuple[str, ...]:
+def _redact(texts: tuple[str, ...], figures: tuple[str, ...], key: str,
+            known_in: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The prompt's book texts (context, question) with each figure (a number as written,
     standing alone) replaced: a prompt must not state its own answer. A figure found in none of
-    them is an error, so a stale annotation is noticed rather than silently ignored."""
+    them, nor in ``known_in`` (the texts before earlier answers were cut out), is an error, so a
+    stale annotation is noticed rather than silently ignored."""
     for figure in figures:
         pattern = re.compile(rf"(?<![\d.]){re.escape(figure)}(?!\d|\.\d)")
         redacted = [pattern.subn(REDACTED, text) for text in texts]
-        if not any(n for _, n in redacted):
+        if not any(n for _, n in redacted) and not any(pattern.search(text) for text in known_in):
             raise AnnotationError(f"{key}: context_redact figure {figure!r} is not in the prompt")
         texts = tuple(text for text, _ in redacted)
     return texts
@@ -153,11 +195,15 @@ def _answer_format(ann: Annotation) -> str:
     return "Explain your reasoning, then end with a line starting `Final answer:` stating your conclusion."
 
 
+HARDWARE_HEAD = "## Hardware specs (rows of the book's spec tables)"
+QUESTION_HEAD = "## Question"
+
+
 def _prompt(context: str, hardware: str, question: str, ann: Annotation) -> str:
     parts = ["## Context", context]
     if hardware:
-        parts += ["## Hardware specs (rows of the book's spec tables)", hardware]
-    parts += ["## Question", question]
+        parts += [HARDWARE_HEAD, hardware]
+    parts += [QUESTION_HEAD, question]
     if ann.assume:  # what the key takes as given where the question leaves it open
         parts += ["## Assumptions", ann.assume]
     parts += ["## Answer format", _answer_format(ann)]
@@ -221,9 +267,10 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
                 continue
             keys = book_keys(ann) if ann.grading == "numeric" else None
             title = titles.get(name, name)
+            passage = _bounded_context(chapter, q, title, answers=True)
             context, question_md = _redact(
                 (_bounded_context(chapter, q, title), to_markdown(q.question.text(chapter.text))),
-                ann.context_redact, key,
+                ann.context_redact, key, known_in=(passage,),
             )
             answer_md = to_markdown(answer_raw)
             named = chips_named(question_md + "\n" + answer_md)
@@ -252,12 +299,14 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
                             "commit": source.COMMIT,
                             "file": chapter.filename,
                             "line": q.line,
+                            # the question's span only: a locator of the answer would hand it out
                             "question": _locator(chapter, q.question),
-                            "answer": _locator(chapter, q.answer),
                         },
                     },
                     hidden={
                         "question": question_md, "reference": answer_md, "note": ann.note,
+                        # the judge's source passage: the section, earlier answers included
+                        "context": passage,
                         # numeric: the book's printed figures, accepted too where they differ
                         "printed": list(keys.printed) if keys else None,
                         "alternatives": [list(a) for a in keys.alternatives] if keys else [],
@@ -268,7 +317,41 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
     stray = sorted(set(annotations) - seen)
     if stray:
         raise AnnotationError(f"annotations name questions the source does not have: {', '.join(stray)}")
-    return tasks, exclusions, markers
+    return without_other_golds(tasks), exclusions, markers
+
+
+CONTEXT_HEAD = "## Context\n\n"
+
+
+def without_other_golds(tasks: list[Task]) -> list[Task]:
+    """Tasks whose context (the book's prose before the question) no longer states another task's
+    gold: the book often restates an earlier question's result further on ("that gives 3.6 TB/s"),
+    which would hand that question's answer to anyone reading the later prompt. Only values with
+    a unit are matched (a bare number is everywhere); the question itself is left as written."""
+    golds: list[tuple[str, float]] = []
+    for t in tasks:
+        if t.grading == "numeric":
+            for key in (t.gold, *(t.hidden.get("alternatives") or ())):  # every key that scores
+                for g in key:
+                    q = parse_quantity(g)
+                    if not q.dimensionless and q.value:
+                        golds.append((q.dimension, q.value))
+    out = []
+    for t in tasks:
+        head, found, rest = t.prompt.partition(CONTEXT_HEAD)
+        # the context ends where the prompt's own next part starts (it has headings of its own)
+        end = rest.find(f"\n\n{HARDWARE_HEAD}\n\n")
+        end = rest.rfind(f"\n\n{QUESTION_HEAD}\n\n") if end < 0 else end
+        if not found or end < 0:
+            out.append(t)
+            continue
+        context, tail = rest[:end], rest[end:]
+        stated = {q.text for q in find_quantities(context)
+                  if any(q.dimension == d and abs(q.value - v) <= 1e-9 * abs(v) for d, v in golds)}
+        for text in sorted(stated, key=len, reverse=True):
+            context = context.replace(text, REDACTED)
+        out.append(t if not stated else replace(t, prompt=head + found + context + tail))
+    return out
 
 
 # ---- (de)serialisation for the cache ------------------------------------------------------------
@@ -298,6 +381,7 @@ def _dump(tasks: list[Task], exclusions: list[Exclusion], markers: dict[str, int
             "question": paragraphs.pack(t.hidden["question"]),
             "reference": paragraphs.pack(t.hidden["reference"]),
             "note": t.hidden.get("note"),
+            "context": paragraphs.pack(t.hidden["context"]),
             "printed": t.hidden.get("printed"),
             "alternatives": t.hidden.get("alternatives", []),
             "differs": t.hidden.get("differs"),
@@ -333,6 +417,7 @@ def _load(payload: bytes, key: str) -> BookBank:
             gold=tuple(t["gold"]) if t["grading"] == "numeric" else reference,
             chapter=t["chapter"], tags=tuple(t["tags"]), tolerance=t["tolerance"], meta=t["meta"],
             hidden={"question": text(t["question"]), "reference": reference, "note": t["note"],
+                    "context": text(t["context"]),
                     "printed": t["printed"], "alternatives": t["alternatives"], "differs": t["differs"]},
         ))
     exclusions = [Exclusion(**e) for e in data["exclusions"]]

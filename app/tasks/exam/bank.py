@@ -113,9 +113,10 @@ def concept_task(chapter: str, q: ConceptQuestion, passage: str) -> Task:
         gold=q.reference,
         chapter=chapter,
         tags=q.items,
-        meta={"family": "exam-conceptual", "source": {"chapter": loc.chapter, "start": loc.start,
-                                                      "end": loc.end, "sha256": loc.sha256}},
-        hidden={"question": q.prompt, "context": passage, "rationale": q.rationale},
+        meta={"family": "exam-conceptual"},
+        # The passage's locator is private: it names where the reference's answer stands in the book.
+        hidden={"question": q.prompt, "context": passage, "rationale": q.rationale,
+                "source": {"chapter": loc.chapter, "start": loc.start, "end": loc.end, "sha256": loc.sha256}},
     )
 
 

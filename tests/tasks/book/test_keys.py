@@ -132,13 +132,13 @@ PROMPT_STATES = {
 }
 
 
-def test_a_verdict_on_the_printed_figure_says_so(bank) -> None:
+def test_a_verdict_on_the_printed_figure_does_not_say_which_key_matched(bank) -> None:
     exact = grade(bank.get("book/tpus/q6"), "Final answer: 179 ms", GradeOptions(), Settings())
     printed = grade(bank.get("book/tpus/q6"), "Final answer: 167 ms", GradeOptions(), Settings())
     assert exact.reward == printed.reward == 1.0
-    assert "accepted_key" not in exact.details and exact.values[0].expected == "179 ms"
-    assert printed.details["accepted_key"] == "printed" and printed.values[0].expected == "167 ms"
-    assert "printed figures" in printed.explanation
+    assert exact.values[0].expected == "179 ms" and printed.values[0].expected == "167 ms"
+    # a prober must not learn which of the keys is the one its value matched
+    assert exact.details == printed.details and exact.explanation == printed.explanation
 
 
 @pytest.mark.parametrize("task_id", PROMPT_STATES)

@@ -88,7 +88,8 @@ def test_judge_tasks_carry_the_resolved_passage(exam_tasks, exam_settings):
     for t in exam_tasks:
         if t.grading != "judge":
             continue
-        src = t.meta["source"]
+        assert "source" not in t.meta  # the locator names the answer's passage: never public
+        src = t.hidden["source"]
         text = chapter_text(exam_settings, src["chapter"])
         assert t.hidden["context"] == text[src["start"] : src["end"]]
         assert t.hidden["rationale"]

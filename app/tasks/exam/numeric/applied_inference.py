@@ -20,7 +20,7 @@ def kv_per_token(layers, kv, hd, b):
     A {params}-parameter model is served in int8 ({bpp} byte per parameter) with a batch of {batch}
     sequences of {seqlen} tokens, each token's KV cache taking {kvtok} bytes. What is the total
     memory needed, and how many chips with {hbm} bytes of HBM are needed at minimum?""",
-    params=7e10, bpp=1, batch=64, seqlen=4096, kvtok=163840, hbm=1.6e10)
+    params=7e10, bpp=1, batch=64, seqlen=4096, kvtok=131072, hbm=1.6e10)
 def serving_memory(params, bpp, batch, seqlen, kvtok, hbm):
     total = params * bpp + batch * seqlen * kvtok
     return total, math.ceil(total / hbm)

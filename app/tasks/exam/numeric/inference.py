@@ -41,7 +41,7 @@ def decode_throughput(batch, params, bpp, kvseq, chips, bw):
     A {params}-parameter model in int8 ({bpp} byte per parameter) is served on {chips} chips with
     {hbm} bytes of HBM each. Every sequence's KV cache takes {kvtok} bytes per token and sequences
     run to {seqlen} tokens. How many whole sequences fit in the memory left after the weights?""",
-    params=7e10, bpp=1, chips=16, hbm=1.6e10, kvtok=163840, seqlen=8192)
+    params=7e10, bpp=1, chips=16, hbm=1.6e10, kvtok=131072, seqlen=8192)
 def max_batch(params, bpp, chips, hbm, kvtok, seqlen):
     return math.floor((chips * hbm - params * bpp) / (kvtok * seqlen))
 
