@@ -31,7 +31,7 @@ unexport PYTHONDONTWRITEBYTECODE
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist worksteal
 SERIAL_PARALLEL := -n $(SERIAL_WORKERS) --dist worksteal
 
-.PHONY: serve test test-in-parts test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
+.PHONY: trainers-venv serve test test-in-parts test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -118,6 +118,12 @@ check-dashboards: $(VENV)/.test
 # sandboxes under attack); under a minute, in one process (4 workers measured no faster here).
 test-fast: system-deps $(VENV)/.test
 	$(BIN)/pytest -q -m "not slow"
+
+# The trainers' own code (TRL, verl, OpenRLHF, pinned in tests/trainers/requirements.txt) in a
+# CPU-torch venv under ~/.cache/scaling-grader, shared by checkouts; tests/trainers/ builds it on
+# first use too.
+trainers-venv: $(VENV)/.test
+	$(BIN)/python -m tests.trainers.venv
 
 # mypy over app, worker and bench (strict on the grading core and the graders; see pyproject.toml).
 typecheck: $(VENV)/.test

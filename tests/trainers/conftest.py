@@ -17,6 +17,7 @@ from tests.scaling_book.tenant_server import TenantService, tenant_service
 from tests.trainers import venv
 
 SCRIPTS = Path(__file__).with_name("scripts")
+RESULT = "RESULT "  # how the scripts mark the lines they print for the test (trainers print dicts too)
 
 
 @pytest.fixture(scope="session")
@@ -39,5 +40,5 @@ def run_script(python: Path, name: str, settings: dict[str, Any], env: dict[str,
                           timeout=timeout, env={**base, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                                                 **(env or {})}, cwd=SCRIPTS)
     assert done.returncode == 0, done.stderr[-4000:]
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line.removeprefix(RESULT)) for line in done.stdout.splitlines() if line.startswith(RESULT)]
     return lines, done.stdout + done.stderr

@@ -72,18 +72,27 @@ def test_both_reward_routes_through_openrlhfs_executor(trainers_python: Path, se
     url_route = doc_commands.words("openrlhf")
     remote = url_route[url_route.index("--reward.remote_url") + 1]
     assert remote == f"{DOC_URL}/get_reward/<reward-key>"
-    routes = [remote.replace(DOC_URL, service.url).replace("<reward-key>", service.reward_key_a),
-              _file_route(trainers_python)]
     env = doc_commands.exports("openrlhf-file")
     assert set(env) == {"SCALING_GRADER_URL", "SCALING_GRADER_API_KEY"}
+    file_route = _file_route(trainers_python)
     rollouts = _rollouts(6, seed=121)
-    settings = {"model_dir": str(tmp_path / "model"), "routes": routes, "rollouts": rollouts}
-    lines, _ = run_script(trainers_python, "openrlhf_executor.py", settings,
-                          env={"SCALING_GRADER_URL": service.url, "SCALING_GRADER_API_KEY": service.key_b})
-    assert [line["route"] for line in lines] == routes
+    secret = "sg_" + "k" * 43
+    routes = [
+        {"url": remote.replace(DOC_URL, service.url).replace("<reward-key>", service.reward_key_a),
+         "rollouts": rollouts},
+        {"url": file_route, "rollouts": rollouts,
+         "env": {"SCALING_GRADER_URL": service.url, "SCALING_GRADER_API_KEY": service.key_b}},
+        # nothing listens on port 9: every attempt fails until the two-second deadline
+        {"url": file_route, "rollouts": rollouts[:1],
+         "env": {"SCALING_GRADER_URL": "http://127.0.0.1:9", "SCALING_GRADER_API_KEY": secret,
+                 "SCALING_GRADER_DEADLINE": "2"}},
+    ]
+    settings = {"model_dir": str(tmp_path / "model"), "routes": routes}
+    lines, log = run_script(trainers_python, "openrlhf_executor.py", settings)
+    assert [line["route"] for line in lines] == [r["url"] for r in routes]
     # OpenRLHF keeps the one-item lists of the reply as they are: a (1, 1) tensor per rollout
     expected = [[[1.0 if i % 2 else 0.0]] for i in range(6)]
-    for line in lines:
+    for line in lines[:2]:
         experiences = line["experiences"]
         assert [e["reward"] for e in experiences] == expected
         assert [e["score"] for e in experiences] == expected
@@ -91,16 +100,7 @@ def test_both_reward_routes_through_openrlhfs_executor(trainers_python: Path, se
         for e, want in zip(experiences, expected, strict=True):
             assert e["info"]["scored"] == [[1]] and e["info"]["correct"] == [[int(want[0][0])]]
             assert e["info"]["unscored_bad_label"] == [[0]]
-
-
-def test_the_file_routes_failure_log_carries_no_key(trainers_python: Path, tmp_path: Path) -> None:
-    secret = "sg_" + "k" * 43
-    settings = {"model_dir": str(tmp_path / "model"), "routes": [_file_route(trainers_python)],
-                "rollouts": _rollouts(1, seed=122)}
-    # nothing listens on port 9: every attempt fails until the two-second deadline
-    [line], log = run_script(trainers_python, "openrlhf_executor.py", settings,
-                                env={"SCALING_GRADER_URL": "http://127.0.0.1:9", "SCALING_GRADER_API_KEY": secret,
-                                     "SCALING_GRADER_DEADLINE": "2"})
-    assert line["experiences"][0]["reward"] is None  # OpenRLHF's executor caught the failure
+    # the unreachable service: OpenRLHF's executor caught the failure and logged it, keyless
+    assert lines[2]["experiences"][0]["reward"] is None
     assert "Failed to fetch reward" in log and "ConnectError" in log
-    assert secret not in log and secret not in json.dumps(line)
+    assert secret not in log and secret not in json.dumps(lines)

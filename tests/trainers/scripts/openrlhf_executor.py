@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -85,8 +86,9 @@ def main() -> None:
     _import_only_vllm()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tiny_model(Path(settings["model_dir"])))
     for route in settings["routes"]:
-        out = asyncio.run(run_route(route, settings["rollouts"], tokenizer))
-        print(json.dumps({"route": route, "experiences": out}), flush=True)
+        os.environ.update(route.get("env", {}))  # what the file route reads, per route
+        out = asyncio.run(run_route(route["url"], route["rollouts"], tokenizer))
+        print("RESULT " + json.dumps({"route": route["url"], "experiences": out}), flush=True)
 
 
 if __name__ == "__main__":

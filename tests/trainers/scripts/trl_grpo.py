@@ -39,7 +39,7 @@ def main() -> None:
                           processing_class=PreTrainedTokenizerFast.from_pretrained(model))
     trainer.train()
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
-    print(json.dumps({"steps": trainer.state.global_step, "seen": seen,
+    print("RESULT " + json.dumps({"steps": trainer.state.global_step, "seen": seen,
                       "logged_rewards": [entry.get("reward") for entry in logged]}))
 
 

@@ -34,6 +34,8 @@ def batch(tokenizer: PreTrainedTokenizerFast, settings: dict) -> DataProto:
     mask = torch.tensor([[0] * (width_p - len(p)) + [1] * len(p) + [1] * len(r) + [0] * (width_r - len(r))
                          for p, r in zip(prompts, responses, strict=True)])
     n = len(prompts)
+    from verl import DataProto  # after the config: composing it needs none of verl's modules
+
     return DataProto.from_dict(
         tensors={"prompts": prompt_ids, "responses": response_ids, "attention_mask": mask,
                  "input_ids": torch.cat([prompt_ids, response_ids], dim=1)},
@@ -52,7 +54,7 @@ def main() -> None:
         config = compose(config_name="ppo_trainer", overrides=overrides)
     OmegaConf.resolve(config)
     if settings.get("compose_only"):
-        print(json.dumps({"composed": True}))
+        print("RESULT " + json.dumps({"composed": True}))
         return
 
     from verl.experimental.reward_loop import RewardLoopManager
@@ -65,7 +67,7 @@ def main() -> None:
     finally:
         ray.shutdown()
     scores = out.batch["rm_scores"].sum(dim=-1).tolist()
-    print(json.dumps({
+    print("RESULT " + json.dumps({
         "scores": scores,
         "extra": {k: [v.item() if hasattr(v, "item") else v for v in out.non_tensor_batch[k]]
                   for k in out.meta_info["reward_extra_keys"]},
