@@ -31,7 +31,7 @@ unexport PYTHONDONTWRITEBYTECODE
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist worksteal
 SERIAL_PARALLEL := -n $(SERIAL_WORKERS) --dist worksteal
 
-.PHONY: trainers-venv serve test test-in-parts test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
+.PHONY: serve test test-in-parts test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -122,6 +122,7 @@ test-fast: system-deps $(VENV)/.test
 # The trainers' own code (TRL, verl, OpenRLHF, pinned in tests/trainers/requirements.txt) in a
 # CPU-torch venv under ~/.cache/scaling-grader, shared by checkouts; tests/trainers/ builds it on
 # first use too.
+.PHONY: trainers-venv
 trainers-venv: $(VENV)/.test
 	$(BIN)/python -m tests.trainers.venv
 
