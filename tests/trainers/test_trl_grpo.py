@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from scaling_book.client import ClientOptions
 from scaling_book.grading import grade_labelled
 from tests.scaling_book.tenant_server import TenantService
 from tests.support.oracle import synthetic_tasks
@@ -31,12 +32,8 @@ def test_grpo_trainer_trains_two_steps_on_the_services_rewards(trainers_python: 
     labels = [label for label, _, _ in seen]
     completions = [completion for _, completion, _ in seen]
     expected = [r.reward if r.scored else None
-                for r in grade_labelled(labels, completions, service.url, client_options=_key(service))]
+                for r in grade_labelled(labels, completions, service.url,
+                                        client_options=ClientOptions.of(api_key=service.key_a))]
     assert [reward for _, _, reward in seen] == expected
     assert len(out["logged_rewards"]) == 2 and all(r is not None for r in out["logged_rewards"])
 
-
-def _key(service: TenantService):  # noqa: ANN202
-    from scaling_book.client import ClientOptions
-
-    return ClientOptions.of(api_key=service.key_a)

@@ -62,7 +62,7 @@ class ChosenAnswers:
 
     async def generate(self, prompt_token_ids: list[int], params: Sampling, multi_modal_data: object = None) -> object:
         prompt = self.tokenizer.decode(prompt_token_ids)
-        ids = self.tokenizer.encode(self.answers[prompt]) + [self.tokenizer.eos_token_id]
+        ids = [*self.tokenizer.encode(self.answers[prompt]), self.tokenizer.eos_token_id]
         return RequestOutput([Completion(ids)])
 
 
