@@ -119,6 +119,13 @@ check-dashboards: $(VENV)/.test
 test-fast: system-deps $(VENV)/.test
 	$(BIN)/pytest -q -m "not slow"
 
+# The trainers' own code (TRL, verl, OpenRLHF, pinned in tests/trainers/requirements.txt) in a
+# CPU-torch venv under ~/.cache/scaling-grader, shared by checkouts; tests/trainers/ builds it on
+# first use too.
+.PHONY: trainers-venv
+trainers-venv: $(VENV)/.test
+	$(BIN)/python -m tests.trainers.venv
+
 # mypy over app, worker and bench (strict on the grading core and the graders; see pyproject.toml).
 typecheck: $(VENV)/.test
 	$(BIN)/mypy

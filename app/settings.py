@@ -202,7 +202,9 @@ class ImplSettings(BaseModel):
 
 ENV_PREFIX = "SCALING_GRADER_"
 # Read by the client and the trainer adapters, not by the service; allowed beside its settings.
-CLIENT_VARIABLES = frozenset({"SCALING_GRADER_URL", "SCALING_GRADER_API_KEY"})
+CLIENT_VARIABLES = frozenset({"SCALING_GRADER_URL", "SCALING_GRADER_API_KEY",
+                              # the OpenRLHF reward function file's client settings
+                              "SCALING_GRADER_TIMEOUT", "SCALING_GRADER_DEADLINE", "SCALING_GRADER_HEADERS"})
 
 
 class UnknownSettingError(ValueError):

@@ -32,7 +32,11 @@ def load_environment(**env_args: Any) -> Any:
 
 def __getattr__(name: str) -> Any:
     if name in _V1_NAMES:
-        from scaling_book import verifiers_v1
-
+        try:
+            from scaling_book import verifiers_v1
+        except ImportError as exc:
+            # An AttributeError, so hasattr() and getattr(..., default) answer instead of raising.
+            raise AttributeError(f"scaling_book.{name} needs verifiers 0.4: pip install 'scaling-book[verifiers]' "
+                                 f"({exc})") from None
         return getattr(verifiers_v1, name)
     raise AttributeError(f"module 'scaling_book' has no attribute {name!r}")

@@ -1,9 +1,12 @@
 """Python clients for the service, on httpx: ``GraderClient`` (sync) and ``AsyncGraderClient``.
 
-Both keep one pooled connection set per client, retry 429/502/503/504, time-outs and dropped
-connections with exponential backoff and full jitter (a ``Retry-After`` header wins when the
-server sends one) for up to ``RetryPolicy.deadline`` seconds in all (60 by default: long enough
-to ride out a service restart), and split long lists into ``/v1/grade/batch`` (or
+Both keep one pooled connection set per client and per process (a forked child opens its own
+instead of sharing the parent's sockets, whose bytes the two would interleave), retry 429/502/503/504,
+every network fault (time-outs, refused or dropped connections, a reply cut or garbled so that its
+JSON does not decode) with exponential backoff and full jitter (a ``Retry-After`` header wins when
+the server sends one) for up to ``RetryPolicy.deadline`` seconds in all (60 by default: long enough
+to ride out a service restart), raise every other failure as a ``GraderError`` (never a raw httpx or
+JSON exception, never with the key or URL in its message), and split long lists into ``/v1/grade/batch`` (or
 ``/v1/rewards``, ``/v1/grade/labelled``) chunks whose results come back in the order given.
 Results are ``scaling_book.results.GradeResult`` objects.
 
@@ -22,7 +25,7 @@ import os
 import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -30,8 +33,11 @@ import httpx
 from scaling_book.results import GradeResult, unscored
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT = 120.0  # seconds per request
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-RETRY_ERRORS = (httpx.TimeoutException, httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
+# Faults of the network or of a (restarting) server: worth another attempt. Any other httpx error
+# (a malformed URL, a local protocol error) fails at once, as a GraderError.
+RETRY_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 # A grade request: a mapping of its JSON fields, or any object with pydantic's model_dump (the
 # service's own GradeRequest).
@@ -61,9 +67,44 @@ class RetryPolicy:
     def delay(self, attempt: int, response: httpx.Response | None, rng: random.Random) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based)."""
         if response is not None and (hinted := retry_after_seconds(response.headers.get("retry-after"))) is not None:
-            return min(hinted, self.max_retry_after)
+            # At least what the server asked, plus a little jitter so a crowd told the same
+            # number of seconds does not come back in one burst.
+            return min(self.max_retry_after, hinted + rng.uniform(0, min(1.0, 0.1 * hinted)))
         # Full jitter: many rollout workers retrying at once spread out instead of stampeding.
         return rng.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+
+class CorruptReply(Exception):
+    """A 2xx reply whose body is not the JSON it must be: garbled in transit, so retried."""
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How a trainer helper reaches the service, the same arguments on every helper: the tenant's
+    ``api_key`` (else $SCALING_GRADER_API_KEY), the per-request ``timeout``, the total ``deadline``
+    of one call's retries and ``headers`` added to every request. Hashable, so helpers keep one
+    client per (URL, options): two tenants on one URL get two clients, never each other's key."""
+
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float | None = None
+    deadline: float | None = None
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @classmethod
+    def of(cls, api_key: str | None = None, timeout: float | None = None, deadline: float | None = None,
+           headers: Mapping[str, str] | None = None) -> ClientOptions:
+        if any(seconds is not None and seconds <= 0 for seconds in (timeout, deadline)):
+            raise ValueError("timeout and deadline must be positive seconds")
+        pairs = tuple(sorted((str(k), str(v)) for k, v in (headers or {}).items()))
+        return cls(api_key or None, timeout, deadline, pairs)
+
+    def sync_client(self, url: str) -> GraderClient:
+        return GraderClient(url, api_key=self.api_key, timeout=self.timeout or DEFAULT_TIMEOUT,
+                            retry_deadline=self.deadline, headers=dict(self.headers))
+
+    def async_client(self, url: str) -> AsyncGraderClient:
+        return AsyncGraderClient(url, api_key=self.api_key, timeout=self.timeout or DEFAULT_TIMEOUT,
+                                 retry_deadline=self.deadline, headers=dict(self.headers))
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -95,15 +136,18 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 def _error_from(response: httpx.Response) -> GraderError:
     try:
         body = response.json()
+        if not isinstance(body, dict):
+            raise ValueError("not an error object")
         return GraderError(response.status_code, str(body.get("error", "http_error")), str(body.get("detail", "")))
     except ValueError:
         return GraderError(response.status_code, "http_error", response.text[:200])
 
 
-def _settings_from_env(base_url: str | None, api_key: str | None) -> tuple[str, dict[str, str]]:
+def _settings_from_env(base_url: str | None, api_key: str | None,
+                       headers: Mapping[str, str] | None = None) -> tuple[str, dict[str, str]]:
     url = (base_url or os.environ.get("SCALING_GRADER_URL") or DEFAULT_URL).rstrip("/")
     key = api_key or os.environ.get("SCALING_GRADER_API_KEY")
-    return url, ({"authorization": f"Bearer {key}"} if key else {})
+    return url, {**(headers or {}), **({"authorization": f"Bearer {key}"} if key else {})}
 
 
 def _labelled_body(labels: Sequence[Any], completions: Sequence[Any], options: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,10 +157,11 @@ def _labelled_body(labels: Sequence[Any], completions: Sequence[Any], options: M
 
 class _Base:
     def __init__(self, base_url: str | None, api_key: str | None, batch_size: int, retry: RetryPolicy | None,
-                 seed: int | None, retry_deadline: float | None) -> None:
+                 seed: int | None, retry_deadline: float | None, headers: Mapping[str, str] | None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be positive")
-        self.base_url, self._headers = _settings_from_env(base_url, api_key)
+        self.base_url, self._headers = _settings_from_env(base_url, api_key, headers)
+        self._pid = os.getpid()
         self.batch_size = batch_size
         self.retry = retry or RetryPolicy()
         if retry_deadline is not None:
@@ -128,12 +173,15 @@ class _Base:
         """After one attempt: (True, decoded body) when the call is over, (False, seconds to wait)
         before the next attempt; GraderError when it failed for good."""
         if response is not None and response.status_code < 400:
-            return True, response.json()
+            try:
+                return True, response.json()
+            except ValueError:
+                response, error = None, CorruptReply()
         retryable = response is None or response.status_code in RETRY_STATUSES
         left = self.retry.deadline - (time.monotonic() - started)
         if attempt >= self.retry.max_retries or not retryable or left <= 0:
             if response is None:
-                raise GraderError(None, type(error).__name__, "no response after retries")
+                raise GraderError(None, type(error).__name__, f"no usable response after {attempt + 1} attempts")
             raise _error_from(response)
         return False, min(self.retry.delay(attempt, response, self._rng), left)
 
@@ -144,12 +192,20 @@ class GraderClient(_Base):
     def __init__(self, base_url: str | None = None, *, api_key: str | None = None, timeout: float = 120.0,
                  batch_size: int = 256, retry: RetryPolicy | None = None, max_connections: int = 32,
                  transport: httpx.BaseTransport | None = None, seed: int | None = None,
-                 retry_deadline: float | None = None) -> None:
-        super().__init__(base_url, api_key, batch_size, retry, seed, retry_deadline)
-        self._http = httpx.Client(
+                 retry_deadline: float | None = None, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(base_url, api_key, batch_size, retry, seed, retry_deadline, headers)
+        self._new_http = lambda: httpx.Client(
             base_url=self.base_url, headers=self._headers, timeout=timeout, transport=transport,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
+        self._http = self._new_http()
+
+    def _session(self) -> httpx.Client:
+        """This process's connections: a forked child drops the parent's pool unclosed (closing it
+        would shut sockets the parent still uses) and opens its own."""
+        if self._pid != os.getpid():
+            self._http, self._pid = self._new_http(), os.getpid()
+        return self._http
 
     def __enter__(self) -> GraderClient:
         return self
@@ -166,9 +222,11 @@ class GraderClient(_Base):
         for attempt in itertools.count():
             response, error = None, None
             try:
-                response = self._http.request(method, path, json=json, params=params)
+                response = self._session().request(method, path, json=json, params=params)
             except RETRY_ERRORS as exc:
                 error = exc
+            except httpx.HTTPError as exc:
+                raise GraderError(None, type(exc).__name__, "the request could not be sent") from None
             done, value = self._settle(attempt, started, response, error)
             if done:
                 return value
@@ -220,13 +278,23 @@ class AsyncGraderClient(_Base):
     def __init__(self, base_url: str | None = None, *, api_key: str | None = None, timeout: float = 120.0,
                  batch_size: int = 256, concurrency: int = 8, retry: RetryPolicy | None = None,
                  max_connections: int = 32, transport: httpx.AsyncBaseTransport | None = None,
-                 seed: int | None = None, retry_deadline: float | None = None) -> None:
-        super().__init__(base_url, api_key, batch_size, retry, seed, retry_deadline)
+                 seed: int | None = None, retry_deadline: float | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(base_url, api_key, batch_size, retry, seed, retry_deadline, headers)
         self._semaphore = asyncio.Semaphore(concurrency)
-        self._http = httpx.AsyncClient(
+        self._new_http = lambda: httpx.AsyncClient(
             base_url=self.base_url, headers=self._headers, timeout=timeout, transport=transport,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
+        self._concurrency = concurrency
+        self._http = self._new_http()
+
+    def _session(self) -> httpx.AsyncClient:
+        """As GraderClient._session: a forked child's own connections (and its own semaphore)."""
+        if self._pid != os.getpid():
+            self._http, self._pid = self._new_http(), os.getpid()
+            self._semaphore = asyncio.Semaphore(self._concurrency)
+        return self._http
 
     async def __aenter__(self) -> AsyncGraderClient:
         return self
@@ -243,10 +311,13 @@ class AsyncGraderClient(_Base):
         for attempt in itertools.count():
             response, error = None, None
             try:
+                http = self._session()
                 async with self._semaphore:
-                    response = await self._http.request(method, path, json=json, params=params)
+                    response = await http.request(method, path, json=json, params=params)
             except RETRY_ERRORS as exc:
                 error = exc
+            except httpx.HTTPError as exc:
+                raise GraderError(None, type(exc).__name__, "the request could not be sent") from None
             done, value = self._settle(attempt, started, response, error)
             if done:
                 return value

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from scaling_book.client import AsyncGraderClient, GraderClient
+from scaling_book.client import AsyncGraderClient, ClientOptions, GraderClient
 from scaling_book.results import GradeResult
 
 URL_ENV = "SCALING_GRADER_URL"
@@ -26,30 +26,44 @@ def service_url(explicit: str | None = None) -> str | None:
     return explicit or os.environ.get(URL_ENV) or None
 
 
-# One pooled client per (URL, thread): httpx clients are not meant to be shared across the
-# threads a trainer's reward workers may run in.
+NO_OPTIONS = ClientOptions()
+ClientKey = tuple[str, ClientOptions]
+
+# One pooled client per (URL, options, thread): httpx clients are not meant to be shared across
+# the threads a trainer's reward workers may run in, and two tenants on one URL need two clients.
 _per_thread = threading.local()
 
 
-def sync_client(url: str) -> GraderClient:
-    clients: dict[str, GraderClient] = _per_thread.__dict__.setdefault("clients", {})
-    if url not in clients:
-        clients[url] = GraderClient(url)
-    return clients[url]
+def sync_client(url: str, options: ClientOptions = NO_OPTIONS) -> GraderClient:
+    clients: dict[ClientKey, GraderClient] = _per_thread.__dict__.setdefault("clients", {})
+    if (url, options) not in clients:
+        clients[url, options] = options.sync_client(url)
+    return clients[url, options]
 
 
-# Async clients are bound to the event loop they were made in: one per (loop, URL), dropped with
-# the loop, so that a reward function called per rollout reuses its connections.
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncGraderClient]] = (
+# Async clients are bound to the event loop they were made in: one per (loop, URL, options),
+# dropped with the loop, so that a reward function called per rollout reuses its connections.
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[ClientKey, AsyncGraderClient]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def async_client(url: str) -> AsyncGraderClient:
+def async_client(url: str, options: ClientOptions = NO_OPTIONS) -> AsyncGraderClient:
     per_loop = _async_clients.setdefault(asyncio.get_running_loop(), {})
-    if url not in per_loop:
-        per_loop[url] = AsyncGraderClient(url)
-    return per_loop[url]
+    if (url, options) not in per_loop:
+        per_loop[url, options] = options.async_client(url)
+    return per_loop[url, options]
+
+
+def _forget_clients_in_child() -> None:
+    """A forked child (verl's prime manager forks, so do multiprocessing pools) starts with no
+    cached client: the parent's would share its sockets. Each client also checks its pid."""
+    global _per_thread, _async_clients
+    _per_thread = threading.local()
+    _async_clients = weakref.WeakKeyDictionary()
+
+
+os.register_at_fork(after_in_child=_forget_clients_in_child)
 
 
 def _service_side() -> Any:
@@ -70,16 +84,18 @@ async def _grade_in_process(labels: Sequence[Any], completions: Sequence[Any],
 
 
 def grade_labelled(labels: Sequence[Any], completions: Sequence[Any], url: str | None = None,
-                   settings_overrides: dict[str, Any] | None = None, **options: Any) -> list[GradeResult]:
+                   settings_overrides: dict[str, Any] | None = None, client_options: ClientOptions = NO_OPTIONS,
+                   **options: Any) -> list[GradeResult]:
     """Grade (label, completion) pairs in order, blocking. ``options``: tolerance,
-    all_or_nothing, partial_credit, judge ({model, base_url})."""
+    all_or_nothing, partial_credit, judge ({model, base_url}); ``client_options``: how the
+    service is reached (key, time-outs, headers)."""
     if len(labels) != len(completions):
         raise ValueError(f"{len(labels)} labels for {len(completions)} completions")
     if not labels:
         return []
     url = service_url(url)
     if url:
-        return sync_client(url).grade_labelled(list(labels), list(completions), **options)
+        return sync_client(url, client_options).grade_labelled(list(labels), list(completions), **options)
     job = _grade_in_process(labels, completions, settings_overrides, options)
     try:
         asyncio.get_running_loop()
@@ -95,14 +111,15 @@ def grade_labelled(labels: Sequence[Any], completions: Sequence[Any], url: str |
 
 async def grade_labelled_async(labels: Sequence[Any], completions: Sequence[Any], url: str | None = None,
                                settings_overrides: dict[str, Any] | None = None,
-                               client: AsyncGraderClient | None = None, **options: Any) -> list[GradeResult]:
+                               client: AsyncGraderClient | None = None,
+                               client_options: ClientOptions = NO_OPTIONS, **options: Any) -> list[GradeResult]:
     if len(labels) != len(completions):
         raise ValueError(f"{len(labels)} labels for {len(completions)} completions")
     if not labels:
         return []
     url = service_url(url)
     if client is None and url:
-        client = async_client(url)
+        client = async_client(url, client_options)
     if client is not None:
         return await client.grade_labelled(list(labels), list(completions), **options)
     return await _grade_in_process(labels, completions, settings_overrides, options)

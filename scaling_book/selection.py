@@ -16,7 +16,11 @@ Arguments (the names users of the original ``scaling-book`` environment pass):
   ``judge_api_key_var`` names another variable; the judge is asked with a 256-token budget and
   ``chat_template_kwargs.enable_thinking=false`` (the service's judge settings); a service
   holds its own judge keys and allow-list, so only an explicitly given base URL is sent to it;
-- ``service_url``: the grading service (else $SCALING_GRADER_URL, else in-process)."""
+- ``service_url``: the grading service (else $SCALING_GRADER_URL, else in-process);
+- ``service_api_key_var``: the variable holding the tenant's key (else $SCALING_GRADER_API_KEY: the
+  key itself is never an argument, since verifiers saves every argument with its results);
+  ``service_timeout`` (seconds per request), ``service_deadline`` (seconds for all of one
+  request's retries), ``service_headers`` (extra headers)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from scaling_book.client import ClientOptions
 from scaling_book.grading import grade_labelled_async, service_url
 from scaling_book.results import GradeResult
 from scaling_book.tasks import SYSTEM_PROMPT, chapter_list, public_tasks
@@ -45,9 +50,21 @@ class Selection:
     service_url: str | None = None
     num_examples: int | None = None
     system_prompt: str | None = None
+    service_api_key_var: str | None = None
+    service_timeout: float | None = None
+    service_deadline: float | None = None
+    service_headers: dict[str, str] | None = None
 
     def url(self) -> str | None:
         return service_url(self.service_url)
+
+    def client_options(self) -> ClientOptions:
+        key = None
+        if self.service_api_key_var:
+            key = os.environ.get(self.service_api_key_var)
+            if not key:
+                raise ValueError(f"service_api_key_var names ${self.service_api_key_var}, which is not set")
+        return ClientOptions.of(key, self.service_timeout, self.service_deadline, self.service_headers)
 
     def env_args(self) -> dict[str, Any]:
         """Every argument, JSON-ready: what rebuilds this environment."""
@@ -63,7 +80,8 @@ class Selection:
         """The selected public tasks; ValueError for an empty selection, or judge-graded tasks
         without a judge model (found at load time, not as a zero reward on every such rollout)."""
         n = self.num_synthetic_examples if self.split == "synthetic" else self.num_examples
-        tasks = public_tasks(self.split, chapters=chapter_list(self.chapters), n=n, seed=self.seed, url=self.url())
+        tasks = public_tasks(self.split, chapters=chapter_list(self.chapters), n=n, seed=self.seed, url=self.url(),
+                             client_options=self.client_options())
         if not tasks:
             raise ValueError(f"no tasks in split {self.split!r} for chapters {self.chapters!r}")
         judged = sum(t["grading"] == "judge" for t in tasks)
@@ -91,7 +109,8 @@ class Selection:
         options: dict[str, Any] = {k: v for k, v in (("tolerance", self.tolerance), ("judge", judge)) if v is not None}
         if judge is not None:
             options["judge"] = {k: v for k, v in judge.items() if v is not None}
-        [result] = await grade_labelled_async([label], [completion], self.url(), overrides, **options)
+        [result] = await grade_labelled_async([label], [completion], self.url(), overrides,
+                                              client_options=self.client_options(), **options)
         return result
 
 

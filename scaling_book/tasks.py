@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from scaling_book.grading import service_url, sync_client
+from scaling_book.client import ClientOptions
+from scaling_book.grading import NO_OPTIONS, service_url, sync_client
 
 # Asks for the answer line the service's numeric grader reads.
 SYSTEM_PROMPT = (
@@ -26,12 +27,12 @@ def chapter_list(chapters: str | Sequence[str] | None) -> list[str] | None:
 
 
 def public_tasks(split: str, *, chapters: str | Sequence[str] | None = None, n: int | None = None, seed: int = 0,
-                 url: str | None = None) -> list[dict[str, Any]]:
+                 url: str | None = None, client_options: ClientOptions = NO_OPTIONS) -> list[dict[str, Any]]:
     """Public task views; ``n`` None means the whole (finite) split."""
     wanted = chapter_list(chapters)
     url = service_url(url)
     if url:
-        client = sync_client(url)
+        client = sync_client(url, client_options)
         out: list[dict[str, Any]] = []
         while n is None or len(out) < n:
             want = PAGE if n is None else min(PAGE, n - len(out))

@@ -10,13 +10,18 @@ TRL (1.16, ``GRPOTrainer._calculate_rewards``) calls a reward function with keyw
 column ``scaling-grader export`` writes), holding task ids, quantities or JSON references. TRL
 expects one float per completion, ``None`` where the function has no verdict (it becomes NaN and
 is left out): an unscored grade (a judge fault, an unreadable label) is ``None``. Judge-graded items
-with no usable judge raise ``JudgeUnavailable`` (a configuration to fix, not a reward)."""
+with no usable judge raise ``JudgeUnavailable`` (a configuration to fix, not a reward).
+
+How the service is reached is the same on every helper: ``api_key`` (else
+$SCALING_GRADER_API_KEY), ``timeout`` per request, ``deadline`` for all of one request's retries,
+``headers``; two reward functions with different keys on one URL use two clients."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from scaling_book.client import ClientOptions
 from scaling_book.grading import grade_labelled, grade_labelled_async
 from scaling_book.results import GradeResult, require_judges
 
@@ -40,15 +45,17 @@ def _labels(kwargs: dict[str, Any], column: str, n: int) -> Sequence[Any]:
 
 def make_reward_func(service_url: str | None = None, *, label_column: str = LABEL_COLUMN,
                      tolerance: float | None = None, judge: dict[str, str] | None = None,
-                     name: str = "scaling_grader") -> RewardFunc:
+                     name: str = "scaling_grader", api_key: str | None = None, timeout: float | None = None,
+                     deadline: float | None = None, headers: dict[str, str] | None = None) -> RewardFunc:
     """A TRL reward function grading through ``service_url`` (else $SCALING_GRADER_URL, else
     in-process). ``name`` is what TRL logs the reward under."""
+    client = ClientOptions.of(api_key, timeout, deadline, headers)
 
     def reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                **kwargs: Any) -> list[float | None]:
         labels = _labels(kwargs, label_column, len(completions))
-        return _rewards(require_judges(grade_labelled(labels, completions, service_url, tolerance=tolerance,
-                                                      judge=judge)))
+        return _rewards(require_judges(grade_labelled(labels, completions, service_url, client_options=client,
+                                                      tolerance=tolerance, judge=judge)))
 
     reward.__name__ = name
     return reward
@@ -56,14 +63,18 @@ def make_reward_func(service_url: str | None = None, *, label_column: str = LABE
 
 def make_async_reward_func(service_url: str | None = None, *, label_column: str = LABEL_COLUMN,
                            tolerance: float | None = None, judge: dict[str, str] | None = None,
-                           name: str = "scaling_grader") -> AsyncRewardFunc:
+                           name: str = "scaling_grader", api_key: str | None = None,
+                           timeout: float | None = None, deadline: float | None = None,
+                           headers: dict[str, str] | None = None) -> AsyncRewardFunc:
     """The same reward as a coroutine function: TRL runs async reward functions concurrently."""
+    client = ClientOptions.of(api_key, timeout, deadline, headers)
 
     async def reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                      **kwargs: Any) -> list[float | None]:
         labels = _labels(kwargs, label_column, len(completions))
         return _rewards(require_judges(await grade_labelled_async(labels, completions, service_url,
-                                                                  tolerance=tolerance, judge=judge)))
+                                                                  client_options=client, tolerance=tolerance,
+                                                                  judge=judge)))
 
     reward.__name__ = name
     return reward

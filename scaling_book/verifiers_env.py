@@ -46,7 +46,9 @@ def load_environment(split: str = "synthetic", chapters: str | Sequence[str] | N
                      num_synthetic_examples: int = 256, seed: int = 0, tolerance: float | None = None,
                      judge_model: str | None = None, judge_base_url: str | None = None,
                      judge_api_key_var: str | None = None, service_url: str | None = None,
-                     num_examples: int | None = None, system_prompt: str | None = None) -> Any:
+                     num_examples: int | None = None, system_prompt: str | None = None,
+                     service_api_key_var: str | None = None, service_timeout: float | None = None,
+                     service_deadline: float | None = None, service_headers: dict[str, str] | None = None) -> Any:
     """A ``vf.SingleTurnEnv`` over ``split`` (see ``scaling_book.selection.Selection`` for the
     arguments). ``judge_model`` is required when the selection holds judge-graded tasks."""
     try:
@@ -61,7 +63,9 @@ def load_environment(split: str = "synthetic", chapters: str | Sequence[str] | N
     selection = Selection(split=split, chapters=chapters, num_synthetic_examples=num_synthetic_examples, seed=seed,
                           tolerance=tolerance, judge_model=judge_model, judge_base_url=judge_base_url,
                           judge_api_key_var=judge_api_key_var, service_url=service_url, num_examples=num_examples,
-                          system_prompt=system_prompt)
+                          system_prompt=system_prompt, service_api_key_var=service_api_key_var,
+                          service_timeout=service_timeout, service_deadline=service_deadline,
+                          service_headers=service_headers)
     tasks = selection.tasks()
 
     async def scaling_grader_reward(completion: Any, answer: str, state: Any = None, **_: Any) -> float:

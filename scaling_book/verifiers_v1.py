@@ -46,6 +46,10 @@ class ScalingBookTasksetConfig(vf.TasksetConfig):
     judge_api_key_var: str | None = None
     service_url: str | None = None
     num_examples: int | None = None
+    service_api_key_var: str | None = None
+    service_timeout: float | None = None
+    service_deadline: float | None = None
+    service_headers: dict[str, str] | None = None
 
     def selection(self) -> Selection:
         """The same arguments as the 0.3 environment's (the fields above mirror Selection's)."""

@@ -34,6 +34,12 @@ class LabelError(ValueError):
 _BARE_ROWS_ID = re.compile(r"sc-\d{3}")
 
 
+# Shaped like a task id ("nonsense/1", "synthtic/3/17"): a word, a slash, no spaces. Read as a
+# quantity it would parse (a count of "nonsense") and grade as a trusted verdict, so one whose
+# first segment is no split is a bad label instead.
+_ID_SHAPED = re.compile(r"[A-Za-z][\w-]*(/[\w.:-]+)+")
+
+
 def _is_task_id(text: str) -> bool:
     return text.partition("/")[0] in SPLIT_LOADERS
 
@@ -49,6 +55,9 @@ def target_from_label(label: Any) -> dict[str, Any]:
             # "80 GB" or "3.35 TB/s" is an answer, not an id: ids start with their split's name
             if _BARE_ROWS_ID.fullmatch(text):
                 return {"task_id": f"tasks/{text}"}
+            if _ID_SHAPED.fullmatch(text) and not _is_task_id(text):
+                raise LabelError(f"label {text[:60]!r} looks like a task id, but {text.partition('/')[0][:30]!r} is "
+                                 f"not a split ({', '.join(sorted(SPLIT_LOADERS))})")
             return {"task_id": text} if _is_task_id(text) else {"reference": {"values": [text]}}
         try:
             value = json.loads(text)
