@@ -68,6 +68,9 @@ class QueueSettings(BaseModel):
     # 0: the cores the process is given (affinity, cgroup CPU quota), so that one worker per
     # machine or container keeps every core busy.
     worker_jobs: int = Field(0, ge=0, description="jobs one worker process runs at once; 0: its cores")
+    # How an API request waits for a queued result: "notify" (woken by the worker's announcement,
+    # a few commands per job) or "poll" (a GET every 100 ms; kept to measure against).
+    result_wait: Literal["notify", "poll"] = "notify"
 
     @property
     def worker_lanes(self) -> int:

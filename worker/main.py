@@ -23,7 +23,8 @@ from rq.worker import WorkerStatus
 
 from app.cpus import cores_given
 from app.graders.impl import sandbox_status
-from app.jobs import presence
+from app.jobs import keys, leases, presence
+from app.jobs.leases import Lease, new_token
 from app.jobs.worker_registry import record_sandbox_tier
 from app.redis_link import sync_connection
 from app.sandbox.pool import shutdown_all
@@ -73,7 +74,15 @@ class GradingWorker(SimpleWorker):
         # main thread. StopRequested is how RQ itself ends its loop on a stop.
         if self._stop_requested:
             raise StopRequested()
-        return bool(super().should_run_maintenance_tasks)
+        if not super().should_run_maintenance_tasks:
+            return False
+        # Due here; but one lane of the whole deployment runs it per interval, not every lane:
+        # RQ's maintenance lists every worker of each queue, so with one pass per lane the cost
+        # would grow with the square of the lanes. A lane that is not the one waits an interval.
+        if self.connection.set(keys.MAINTENANCE, self.name, nx=True, ex=self.maintenance_interval):
+            return True
+        self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
+        return False
 
     def register_birth(self) -> None:
         super().register_birth()
@@ -97,24 +106,35 @@ class GradingWorker(SimpleWorker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         execution = self.prepare_execution(job)
+        # The job function takes this lease (app.jobs.leases); the beat renews it with RQ's own
+        # heartbeat, with the same TTL, so a lane that cannot beat loses both together.
+        lease = Lease(self.connection, job.id, new_token(self.name), 1000 * self.get_heartbeat_ttl(job))
         stop = threading.Event()
-        beat = threading.Thread(target=self._beat, args=(job, execution, stop), name=f"heartbeat-{self.name}",
-                                daemon=True)
+        beat = threading.Thread(target=self._beat, args=(job, execution, lease, stop),
+                                name=f"heartbeat-{self.name}", daemon=True)
         beat.start()
         self.holding = job.id
+        leases.hold(lease)
         try:
             self.perform_job(job, queue, execution)
         finally:
+            leases.hold(None)
             self.holding = None
             stop.set()
             beat.join()
         self.set_state(WorkerStatus.IDLE)
 
-    def _beat(self, job: Job, execution: Any, stop: threading.Event) -> None:
+    def _beat(self, job: Job, execution: Any, lease: Lease, stop: threading.Event) -> None:
+        # A thread of its own, which waits on nothing but its timer and Redis: a lane busy with its
+        # cases, or a loaded machine, delays it by milliseconds (measured: docs/deployment.md),
+        # far inside the grace. Only a stopped or cut-off process misses beats.
         while not stop.wait(self.job_monitoring_interval):
             try:
                 self.maintain_heartbeats(job, execution)
-            except Exception:  # a missed beat only risks a re-run, which is harmless
+                if not lease.lost and not lease.renew():  # logged once
+                    log.warning("job %s: lease lost (this worker looked dead); its result is left to the "
+                                "attempt that holds it now", job.id)
+            except Exception:  # a missed beat only risks a re-run, whose result is not written twice
                 log.warning("heartbeat for job %s failed", job.id, exc_info=True)
 
 
