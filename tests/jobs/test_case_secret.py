@@ -35,7 +35,7 @@ def _fraction_passed(secret: str) -> float:
     """The reward the half-right completion earns under a secret, computed here without a sandbox
     (the oracle the test below is checked against)."""
     namespace: dict = {}
-    exec(HALF_RIGHT_SOURCE, namespace)  # noqa: S102 - the test's own code
+    exec(HALF_RIGHT_SOURCE, namespace)  # the test's own code
     settings = Settings(impl=ImplSettings(case_secret=SecretStr(secret)))
     exercise = BY_NAME[EXERCISE]
     cases = draw_cases(exercise, case_seed(settings, exercise.task_id, HALF_RIGHT), settings)
