@@ -69,11 +69,13 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
         text = result.model_dump_json()
         tenant = str(payload.get("tenant", ""))
         written = _wait_while_held_elsewhere(lambda: lease.publish(text, tenant, ttl), pause)
-        if written == 1:
+        if written == 1:  # the write freed the lease too
+            lease.taken = False
             _reaching_redis(lambda: _count(connection, result))
     finally:
-        with contextlib.suppress(*REDIS_ERRORS):  # else it lapses by itself
-            lease.release()
+        if lease.taken:
+            with contextlib.suppress(*REDIS_ERRORS):  # else it lapses by itself
+                lease.release()
     return {"job_id": job.id, "written": written == 1}
 
 

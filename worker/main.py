@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from typing import Any
 
 from rq import Queue, SimpleWorker
@@ -91,10 +92,23 @@ class GradingWorker(SimpleWorker):
     presence: str | None = None  # JSON record published with every heartbeat (app.jobs.presence)
     presence_ttl = 10
 
+    _last_beat = 0.0  # monotonic time of the last beat sent
+    _last_presence = 0.0
+    beat_lag_max = 0.0  # the beat thread's worst lateness so far, in seconds (published in presence)
+
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        super().heartbeat(timeout, pipeline)
-        if self.presence is not None:
-            presence.publish(pipeline if pipeline is not None else self.connection, self.name, self.presence,
+        # RQ beats at several points of one job (before the dequeue, as the job starts, after it,
+        # and again before the next dequeue), each an HSET and two EXPIREs: beats closer together
+        # than half the monitoring interval add nothing (the worker's key lives for a minute),
+        # and on short jobs they were most of Redis's commands per job.
+        clock = time.monotonic()
+        if clock - self._last_beat >= self.job_monitoring_interval / 2:
+            self._last_beat = clock
+            super().heartbeat(timeout, pipeline)
+        if self.presence is not None and clock - self._last_presence >= self.presence_ttl / 3:
+            self._last_presence = clock
+            record = presence.with_beat_lag(self.presence, self.beat_lag_max)
+            presence.publish(pipeline if pipeline is not None else self.connection, self.name, record,
                              self.presence_ttl)
 
     def register_death(self) -> None:
@@ -128,7 +142,10 @@ class GradingWorker(SimpleWorker):
         # A thread of its own, which waits on nothing but its timer and Redis: a lane busy with its
         # cases, or a loaded machine, delays it by milliseconds (measured: docs/deployment.md),
         # far inside the grace. Only a stopped or cut-off process misses beats.
-        while not stop.wait(self.job_monitoring_interval):
+        due = time.monotonic() + self.job_monitoring_interval
+        while not stop.wait(max(0.0, due - time.monotonic())):
+            self.beat_lag_max = max(self.beat_lag_max, time.monotonic() - due)
+            due += self.job_monitoring_interval
             try:
                 self.maintain_heartbeats(job, execution)
                 if not lease.lost and not lease.renew():  # logged once

@@ -54,6 +54,12 @@ def record(worker_name: str, queues: tuple[str, ...], sandbox: dict[str, Any] | 
     })
 
 
+def with_beat_lag(record_json: str, lag_seconds: float) -> str:
+    """The record with the worst lateness of the lane's heartbeat thread so far (how close a busy
+    worker came to being taken for dead: compare with QUEUE__HEARTBEAT_GRACE)."""
+    return record_json[:-1] + f', "beat_lag_max": {lag_seconds:.3f}}}'
+
+
 async def live_workers(redis: Any, limit: int = 1000) -> list[dict[str, Any]]:
     """Records of the workers whose presence key has not expired, sorted by name."""
     await redis.zremrangebyscore(NAMES, "-inf", time.time() - _FORGET_AFTER_SECONDS)
