@@ -22,6 +22,7 @@ from app.grading.service import GradingService
 from app.jobs.base import JobBackend
 from app.jobs.embedded import EmbeddedJobs
 from app.jobs.queue_metrics import watch_queues
+from app.jobs.readiness import impl_workers_ready
 from app.jobs.redis_jobs import RedisJobs
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
@@ -56,6 +57,8 @@ def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, 
     }
     if not settings.redis_url:  # embedded: impl grading runs sandboxes in this process
         checks["sandbox"] = sandbox
+    else:  # impl grading runs on the workers: ready only with one that can grade
+        checks["impl_workers"] = lambda: impl_workers_ready(getattr(grading.jobs, "async_redis", None))
     return checks
 
 

@@ -13,6 +13,7 @@ from rq import get_current_job
 
 from app.graders.result import GradeResult
 from app.grading.service import GradingService
+from app.jobs import worker_health
 from app.jobs.case_secret import with_deployment_secret
 from app.jobs.grade_log import count_grade
 from app.jobs.leases import RESULT_EXISTS, TAKEN_ELSEWHERE, Lease, held, new_token
@@ -64,6 +65,8 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
             return {"job_id": job.id, "already_graded": True}
         shared = _reaching_redis(lambda: with_deployment_secret(settings, connection))
         result = GradingService(shared).run_job(payload)
+        if result.grading == "impl":
+            worker_health.note_impl_outcome(result.outcome.value)
         result.details["attempt"] = attempt  # >1 when a worker looked dead holding this job and it was re-run
         result.job_id = job.id
         text = result.model_dump_json()

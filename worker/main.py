@@ -24,7 +24,7 @@ from rq.worker import WorkerStatus
 
 from app.cpus import cores_given
 from app.graders.impl import sandbox_status
-from app.jobs import keys, leases, presence
+from app.jobs import keys, leases, presence, worker_health
 from app.jobs.leases import Lease, new_token
 from app.jobs.worker_registry import record_sandbox_tier
 from app.redis_link import sync_connection
@@ -107,7 +107,8 @@ class GradingWorker(SimpleWorker):
             super().heartbeat(timeout, pipeline)
         if self.presence is not None and clock - self._last_presence >= self.presence_ttl / 3:
             self._last_presence = clock
-            record = presence.with_beat_lag(self.presence, self.beat_lag_max)
+            record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
+                                                          **worker_health.fields()})
             presence.publish(pipeline if pipeline is not None else self.connection, self.name, record,
                              self.presence_ttl)
 

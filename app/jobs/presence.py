@@ -54,10 +54,11 @@ def record(worker_name: str, queues: tuple[str, ...], sandbox: dict[str, Any] | 
     })
 
 
-def with_beat_lag(record_json: str, lag_seconds: float) -> str:
-    """The record with the worst lateness of the lane's heartbeat thread so far (how close a busy
-    worker came to being taken for dead: compare with QUEUE__HEARTBEAT_GRACE)."""
-    return record_json[:-1] + f', "beat_lag_max": {lag_seconds:.3f}}}'
+def with_fields(record_json: str, fields: dict[str, Any]) -> str:
+    """The record with fields that change from beat to beat: the heartbeat thread's worst
+    lateness so far (how close a busy worker came to being taken for dead, against
+    QUEUE__HEARTBEAT_GRACE) and the worker's health (app.jobs.worker_health)."""
+    return json.dumps({**json.loads(record_json), **fields})
 
 
 async def live_workers(redis: Any, limit: int = 1000) -> list[dict[str, Any]]:
