@@ -29,7 +29,7 @@ from app.ratelimit import RateLimiter
 from app.settings import Settings, get_settings
 from app.startup import freeze_startup_objects
 from app.tasks.registry import get_bank
-from app.tenants import load_tenants
+from app.tenants import TenantsFile
 from worker.jobs import grade_job
 
 
@@ -84,7 +84,7 @@ def _document_hand_parsed_bodies(app: FastAPI, settings: Settings) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    tenants = load_tenants(settings.tenants_file) if settings.tenants_file else None
+    tenants = TenantsFile(settings.tenants_file) if settings.tenants_file else None
     grading = GradingService(settings, job_backend(settings))
 
     @asynccontextmanager
