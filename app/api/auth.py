@@ -15,6 +15,7 @@ import json
 import math
 from typing import Any
 
+from app.jobs.refusals import count_refusal
 from app.observability import TENANT_REQUESTS, child
 from app.ratelimit import RateLimiter
 from app.tenants import LOCAL_TENANT, Tenant, TenantsFile, hash_key
@@ -68,6 +69,7 @@ class TenantMiddleware:
             tenant = found
             wait = await self.limiter.take(tenant.name, tenant.rate_per_second, tenant.burst)
             if wait > 0:
+                await count_refusal(self.limiter.redis, "rate_limited")
                 retry = str(max(1, math.ceil(wait))).encode()
                 for message in _error(429, "rate_limited", "request rate limit exceeded; retry after the delay",
                                       [(b"retry-after", retry)]):

@@ -21,6 +21,7 @@ from app.graders.result import GradeResult, Outcome
 from app.jobs import keys
 from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until
 from app.jobs.leases import store_once
+from app.jobs.refusals import count_refusal
 from app.jobs.result_notices import ResultNotices
 from app.redis_link import REDIS_ERRORS, sync_connection
 from app.settings import Settings
@@ -107,6 +108,7 @@ class RedisJobs:
                                                QUEUED_RECORD_TTL)
         if not reserved:
             await self._forget(tenant, job_id)
+            await count_refusal(self.async_redis, "too_many_in_flight")
             raise ApiError(429, "too_many_in_flight", f"at most {cap} queued gradings in flight for this tenant",
                            {"Retry-After": "1"})
 
