@@ -4,6 +4,7 @@ from the same case secret, with none configured by hand (app.jobs.case_secret)."
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import time
 
@@ -13,7 +14,7 @@ from pydantic import SecretStr
 
 from app.graders.impl_cases import case_seed, draw_cases
 from app.jobs.case_secret import KEY, deployment_secret, with_deployment_secret
-from app.settings import ImplSettings, Settings
+from app.settings import ImplSettings, Settings, get_settings
 from app.tasks.impl.exercises import BY_NAME
 from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, collect, completion
 from tests.support.server import running_server
@@ -96,3 +97,23 @@ def test_two_workers_without_a_configured_secret_give_the_same_reward(redis_serv
     expected = _fraction_passed(connection.get(KEY).decode())
     assert 0 < expected < 1  # half right under the deployment's secret, else the check means little
     assert rewards == {expected}, (rewards, graded_by)
+
+
+def test_replay_uses_the_secret_stored_in_redis(redis_server, monkeypatch, capsys) -> None:
+    from tests.graders.test_impl_cases import run_cli
+
+    monkeypatch.setenv("SCALING_GRADER_REDIS_URL", redis_server.url)
+    monkeypatch.delenv("SCALING_GRADER_IMPL__CASE_SECRET", raising=False)
+    get_settings.cache_clear()
+    try:
+        assert run_cli(["impl", "replay", "--task", "impl/torus_stats", "--seed", "0" * 32]) == 2  # none yet
+        assert "no case secret" in capsys.readouterr().err
+        secret = deployment_secret(redis_server.client())
+        shared = Settings(impl=ImplSettings(case_secret=SecretStr(secret)))
+        seed = case_seed(shared, "impl/torus_stats", "some completion")
+        assert run_cli(["impl", "replay", "--task", "impl/torus_stats", "--seed", seed]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        drawn = draw_cases(BY_NAME["torus_stats"], seed, shared)
+        assert [p["expected"] for p in printed] == [c.expected for c in drawn]
+    finally:
+        get_settings.cache_clear()
