@@ -125,8 +125,9 @@ def main(smoke: bool = False) -> None:
     try:
         polled, polled_cpu, _, _ = _run(server, "poll", jobs)
         notified, notified_cpu, lane_seconds, counts = _run(server, "notify", jobs)
-        idle = _idle_lane_rate(server, 5 if smoke else 30)
-        lag = _beat_lag_when_starved(server, 10 if smoke else 60)
+        idle = _idle_lane_rate(server, 3 if smoke else 30)
+        # (not in smoke runs: they run beside the test suite, whose CPU the busy loops would take)
+        lag = None if smoke else _beat_lag_when_starved(server, 60)
     finally:
         server.close()
     busiest = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
@@ -140,4 +141,5 @@ def main(smoke: bool = False) -> None:
     lanes = 0.5 / (notified_cpu / 1000) * lane_seconds
     print(f"lane seconds per job {lane_seconds:.2f}: one Redis core at 50% feeds about {lanes:.0f} busy lanes "
           "(worker cores) grading this exercise")
-    print(f"heartbeat thread's worst lateness with every core running 2 busy loops: {1000 * lag:.0f} ms")
+    if lag is not None:
+        print(f"heartbeat thread's worst lateness with every core running 2 busy loops: {1000 * lag:.0f} ms")
