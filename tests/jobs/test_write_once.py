@@ -174,3 +174,32 @@ def test_workers_ride_out_a_redis_kill_and_run_each_job_once(redis_server) -> No
         assert body["result"]["details"]["attempt"] == 1  # none ran twice
     assert _graded_total(redis_server) == len(job_ids)
     assert redis_server.client().llen("rq:queue:impl") == 0
+
+
+def test_a_dead_workers_job_is_rerun_before_the_jobs_queued_behind_it(redis_server) -> None:
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=60) as client:
+        victim = start_worker(redis_server.url, "killed", FAST_QUEUE)
+        survivor: subprocess.Popen | None = None
+        try:
+            first = _submit(client, "front-0")
+            _until(lambda: _grading(redis_server, "killed", first), 120, "the victim to start grading")
+            behind = [_submit(client, f"front-{i}") for i in range(1, 4)]  # queued behind the held job
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+            survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE)
+            results = collect(client, [first, *behind], timeout=240)
+        finally:
+            stop_worker(victim)
+            if survivor is not None:
+                stop_worker(survivor)
+    assert len(results) == 4 and all(b["result"]["reward"] == 1.0 for b in results.values())
+    jobs = {job_id: Job.fetch(job_id, connection=redis_server.client(), serializer=JSONSerializer)
+            for job_id in [first, *behind]}
+    assert results[first]["result"]["details"]["attempt"] == 2
+    # the re-run started first: the re-queued job went to the front, not behind the backlog
+    assert all(jobs[first].started_at < jobs[job_id].started_at for job_id in behind), \
+        {job_id: job.started_at for job_id, job in jobs.items()}
