@@ -22,13 +22,14 @@ from app.grading.service import GradingService
 from app.jobs.base import JobBackend
 from app.jobs.embedded import EmbeddedJobs
 from app.jobs.queue_metrics import watch_queues
+from app.jobs.readiness import impl_workers_ready
 from app.jobs.redis_jobs import RedisJobs
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
 from app.settings import Settings, get_settings
 from app.startup import freeze_startup_objects
 from app.tasks.registry import get_bank
-from app.tenants import load_tenants
+from app.tenants import TenantsFile
 from worker.jobs import grade_job
 
 
@@ -56,6 +57,8 @@ def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, 
     }
     if not settings.redis_url:  # embedded: impl grading runs sandboxes in this process
         checks["sandbox"] = sandbox
+    else:  # impl grading runs on the workers: ready only with one that can grade
+        checks["impl_workers"] = lambda: impl_workers_ready(getattr(grading.jobs, "async_redis", None))
     return checks
 
 
@@ -81,7 +84,7 @@ def _document_hand_parsed_bodies(app: FastAPI, settings: Settings) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    tenants = load_tenants(settings.tenants_file) if settings.tenants_file else None
+    tenants = TenantsFile(settings.tenants_file) if settings.tenants_file else None
     grading = GradingService(settings, job_backend(settings))
 
     @asynccontextmanager

@@ -29,7 +29,8 @@ GRADE_LATENCY = Histogram(
 )
 TENANT_REQUESTS = Counter("scaling_grader_tenant_requests_total", "Requests per tenant", ["tenant"],
                           registry=REGISTRY)
-READY = Gauge("scaling_grader_ready", "1 when /readyz passes", registry=REGISTRY)
+READY = Gauge("scaling_grader_ready", "1 when /readyz passes", registry=REGISTRY,
+              multiprocess_mode="mostrecent")  # with several API processes: the last readyz answered
 
 
 # Outcomes that mean the grader, not the candidate, failed: the status page lists the last ones.

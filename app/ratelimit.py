@@ -57,6 +57,7 @@ class MemoryBuckets:
 class RateLimiter:
     def __init__(self, redis_client: aioredis.Redis | None) -> None:
         self._redis = redis_client
+        self.redis = redis_client  # shared with the refusal counts (app.jobs.refusals)
         self._script = redis_client.register_script(_TOKEN_BUCKET) if redis_client is not None else None
         self._memory = MemoryBuckets()
 

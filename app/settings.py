@@ -73,13 +73,18 @@ class QueueSettings(BaseModel):
     job_timeout: int = Field(900, gt=0, description="backstop deadline of one grading job")
     retries: int = Field(2, ge=0, description="re-runs of a job whose worker died or that failed")
     heartbeat_interval: float = Field(1.0, gt=0)
-    heartbeat_grace: int = Field(3, gt=0, description="missed-heartbeat seconds before a job is abandoned")
-    maintenance_interval: int = Field(2, gt=0, description="how often workers look for abandoned jobs")
+    # Far above the heartbeat thread's measured lateness on a saturated machine (49 ms,
+    # bench_redis_commands): only a stopped or cut-off worker misses it.
+    heartbeat_grace: int = Field(10, gt=0, description="missed-heartbeat seconds before a job is abandoned")
+    maintenance_interval: int = Field(5, gt=0, description="how often one worker looks for abandoned jobs")
     embedded_threads: int = Field(4, gt=0, description="embedded mode: threads grading queued kinds")
     # Jobs one `scaling-grader worker` process runs at once (its lanes, sharing one sandbox);
     # 0: the cores the process is given (affinity, cgroup CPU quota), so that one worker per
     # machine or container keeps every core busy.
     worker_jobs: int = Field(0, ge=0, description="jobs one worker process runs at once; 0: its cores")
+    # How an API request waits for a queued result: "notify" (woken by the worker's announcement,
+    # a few commands per job) or "poll" (a GET every 100 ms; kept to measure against).
+    result_wait: Literal["notify", "poll"] = "notify"
 
     @property
     def worker_lanes(self) -> int:

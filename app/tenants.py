@@ -5,11 +5,16 @@ so a fast hash is enough and the file holds nothing a reader could replay."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import secrets
+import threading
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +107,57 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
     if len(set(reward_digests)) != len(reward_digests) or set(reward_digests) & set(by_digest):
         raise TenantsFileError("a reward key digest is listed twice, or is also an API key digest")
     return by_digest
+
+
+class TenantsFile:
+    """The tenants file as the API serves it: read again, without a restart, when it changes (its
+    modification time, size or inode; checked at most once a second, a stat call). A change that
+    does not load (a typo mid-edit) keeps the tenants in force and is logged, so a bad edit never
+    opens the service or locks everyone out; the next good save takes effect."""
+
+    CHECK_SECONDS = 1.0
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp = self._stat()
+        self._tenants = load_tenants(path)  # a bad file at start is fatal, as before
+        self._reward_keys = _reward_keys(self._tenants)
+        self._checked = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            info = self.path.stat()
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_size, info.st_ino
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._checked < self.CHECK_SECONDS:
+            return
+        with self._lock:
+            self._checked = now
+            stamp = self._stat()
+            if stamp == self._stamp:
+                return
+            self._stamp = stamp
+            try:
+                tenants = load_tenants(self.path)
+            except TenantsFileError as exc:
+                log.error("tenants file changed but does not load; the tenants in force stay: %s", exc)
+                return
+            self._tenants, self._reward_keys = tenants, _reward_keys(tenants)
+            log.info("tenants file reloaded: %d tenants", len({t.name for t in tenants.values()}))
+
+    def by_key_digest(self) -> dict[str, Tenant]:
+        self._refresh()
+        return self._tenants
+
+    def by_reward_key_digest(self) -> dict[str, Tenant]:
+        self._refresh()
+        return self._reward_keys
+
+
+def _reward_keys(tenants: dict[str, Tenant]) -> dict[str, Tenant]:
+    return {d: t for t in tenants.values() for d in t.reward_key_digests}

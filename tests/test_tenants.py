@@ -70,7 +70,7 @@ def _correct(task_id: str) -> dict:
 def test_missing_or_wrong_key_is_401_and_health_stays_open(tenant_server) -> None:
     url, key_a, _, _ = tenant_server
     assert httpx.get(url + "/healthz").status_code == 200
-    assert httpx.get(url + "/readyz").status_code == 200
+    assert httpx.get(url + "/readyz").status_code in (200, 503)  # open (503 here: no impl worker runs)
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": key_a}, {"Authorization": "Basic x"}):
         r = httpx.post(url + "/v1/grade", json=_correct("synthetic/0/0"), headers=headers)
         assert r.status_code == 401 and r.json()["error"] == "unauthorized"

@@ -2,30 +2,92 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from rq import get_current_job
 
+from app.graders.result import GradeResult
 from app.grading.service import GradingService
-from app.jobs import keys
+from app.jobs import worker_health
+from app.jobs.case_secret import with_deployment_secret
 from app.jobs.grade_log import count_grade
-from app.settings import get_settings
+from app.jobs.leases import RESULT_EXISTS, TAKEN_ELSEWHERE, Lease, held, new_token
+from app.redis_link import REDIS_ERRORS
+from app.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_LONGEST_PAUSE = 5.0  # between tries while Redis is unreachable or another attempt holds the job
+
+
+def _reaching_redis(call: Callable[[], T]) -> T:
+    """Call until Redis answers: a short outage is ridden out, not turned into a failed job (which
+    RQ would re-queue while this attempt still holds it). The job's backstop deadline bounds it."""
+    pause = 0.2
+    while True:
+        try:
+            return call()
+        except REDIS_ERRORS as exc:
+            log.warning("Redis unreachable (%s); retrying in %.1f s", type(exc).__name__, pause)
+            time.sleep(pause)
+            pause = min(pause * 2, _LONGEST_PAUSE)
+
+
+def _wait_while_held_elsewhere(attempt: Callable[[], int], pause: float) -> int:
+    """Another attempt holds the job (its worker was thought dead but is not): run nothing beside
+    it; wait until it writes the result (0) or lets its lease lapse (the call succeeds)."""
+    while (outcome := _reaching_redis(attempt)) == TAKEN_ELSEWHERE:
+        time.sleep(pause)
+    return outcome
 
 
 def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
-    """Grade one queued request and publish the result under the job's result key. Grading is
-    deterministic, so a job re-run after its worker died writes the same result again."""
+    """Grade one queued request and publish its result under the job's result key, once: a later
+    attempt of the same job (re-queued after its worker looked dead) neither overwrites nor
+    re-counts it. Hidden cases come from the deployment's one case secret, so any attempt on any
+    worker would grade alike."""
     settings = get_settings()
     job = get_current_job()
-    attempt = int(job.connection.incr(keys.attempts(job.id))) if job is not None else 1
-    result = GradingService(settings).run_job(payload)
-    result.details["attempt"] = attempt  # >1 when a worker died holding this job and it was re-run
-    if job is not None:
+    if job is None:  # called directly (tests, tools): nothing to hold or publish
+        return GradingService(settings).run_job(payload).model_dump(mode="json")
+    connection = job.connection
+    lease = held() or Lease(connection, job.id, new_token("job"), _lease_ms(settings))
+    pause = min(settings.queue.heartbeat_interval, _LONGEST_PAUSE)
+    ttl = settings.queue.result_ttl
+    try:
+        attempt = _wait_while_held_elsewhere(lambda: lease.take(ttl), pause)
+        if attempt == RESULT_EXISTS:
+            return {"job_id": job.id, "already_graded": True}
+        shared = _reaching_redis(lambda: with_deployment_secret(settings, connection))
+        result = GradingService(shared).run_job(payload)
+        if result.grading == "impl":
+            worker_health.note_impl_outcome(result.outcome.value)
+        result.details["attempt"] = attempt  # >1 when a worker looked dead holding this job and it was re-run
         result.job_id = job.id
-        with job.connection.pipeline() as pipe:
-            pipe.expire(keys.attempts(job.id), settings.queue.result_ttl)
-            pipe.set(keys.result(job.id), result.model_dump_json(), ex=settings.queue.result_ttl)
-            pipe.zrem(keys.in_flight(payload.get("tenant", "")), job.id)
-            count_grade(pipe, result.split or "inline", result.grading, result.outcome.value)
-            pipe.execute()
-    return result.model_dump(mode="json")
+        text = result.model_dump_json()
+        tenant = str(payload.get("tenant", ""))
+        written = _wait_while_held_elsewhere(lambda: lease.publish(text, tenant, ttl), pause)
+        if written == 1:  # the write freed the lease too
+            lease.taken = False
+            _reaching_redis(lambda: _count(connection, result))
+    finally:
+        if lease.taken:
+            with contextlib.suppress(*REDIS_ERRORS):  # else it lapses by itself
+                lease.release()
+    return {"job_id": job.id, "written": written == 1}
+
+
+def _count(connection: Any, result: GradeResult) -> None:
+    with connection.pipeline(transaction=False) as pipe:
+        count_grade(pipe, result.split or "inline", result.grading, result.outcome.value)
+        pipe.execute()
+
+
+def _lease_ms(settings: Settings) -> int:
+    """As long as RQ's own heartbeat TTL for the job (worker.main), so both lapse together."""
+    return 1000 * (max(1, math.ceil(settings.queue.heartbeat_interval)) + settings.queue.heartbeat_grace)

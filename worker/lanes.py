@@ -23,16 +23,27 @@ import time
 import uuid
 from collections.abc import Sequence
 from types import FrameType
-from typing import Protocol
+from typing import Any, Protocol
+
+from app.redis_link import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
+OUTAGE_SECONDS = 600  # a lane waits this long for an unreachable Redis before the process gives up
 _REPEAT_SIGNAL_SECONDS = 1.0  # RQ's rule: a second signal this soon is the same request (a pool sends two)
+
+
+def _reachable(connection: Any) -> bool:
+    try:
+        return bool(connection.ping())
+    except REDIS_ERRORS:
+        return False
 
 
 class Lane(Protocol):
     """What the lanes need of a lane's RQ worker (worker.main.GradingWorker)."""
 
     name: str
+    connection: Any
     holding: str | None  # the job id it runs now
 
     def work(self, *, burst: bool = ..., with_scheduler: bool = ..., logging_level: str | None = ...) -> bool: ...
@@ -78,17 +89,41 @@ class Lanes:
     def _work(self, worker: Lane, burst: bool) -> None:
         ended_well = False
         try:
-            worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
-            ended_well = burst or self._stop.is_set()
+            while True:
+                try:
+                    worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+                except REDIS_ERRORS:  # from RQ's own bookkeeping outside its retried dequeue
+                    log.warning("lane %s lost Redis", worker.name)
+                ended_well = burst or self._stop.is_set()
+                if ended_well or not self._rejoin_after_outage(worker):
+                    break
         finally:
             if not ended_well:
                 self.failed = True
             if not ended_well and not self._stop.is_set():
-                # A lane that quit on its own (Redis gone for good, an error in RQ): stop the
-                # others after their jobs too, so the process ends and its supervisor restarts
-                # it whole, instead of running on with fewer lanes than cores.
+                # A lane that quit on its own (an error in RQ, Redis gone for longer than an outage
+                # is ridden out): stop the others after their jobs too, so the process ends and its
+                # supervisor restarts it whole, instead of running on with fewer lanes than cores.
                 log.error("lane %s stopped; stopping the worker's other lanes", worker.name)
                 self._stop.set()
+
+    def _rejoin_after_outage(self, worker: Lane) -> bool:
+        """A lane whose RQ loop quit because Redis went away waits for Redis and works again
+        (True); one that quit with Redis up, or that waited OUTAGE_SECONDS in vain, does not."""
+        if _reachable(worker.connection):
+            return False
+        log.warning("lane %s: Redis is unreachable; waiting up to %d s for it", worker.name, OUTAGE_SECONDS)
+        deadline = time.monotonic() + OUTAGE_SECONDS
+        pause = 0.5
+        while not _reachable(worker.connection):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return False
+            self._stop.wait(pause)
+            pause = min(2 * pause, 5.0)
+        with contextlib.suppress(*REDIS_ERRORS):  # its registration may have outlived the outage
+            worker.register_death()
+        log.info("lane %s: Redis is back; working again", worker.name)
+        return not self._stop.is_set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from typing import Any
 
 from rq import Queue, SimpleWorker
@@ -23,7 +24,8 @@ from rq.worker import WorkerStatus
 
 from app.cpus import cores_given
 from app.graders.impl import sandbox_status
-from app.jobs import presence
+from app.jobs import keys, leases, presence, worker_health
+from app.jobs.leases import Lease, new_token
 from app.jobs.worker_registry import record_sandbox_tier
 from app.redis_link import sync_connection
 from app.sandbox.pool import shutdown_all
@@ -73,7 +75,15 @@ class GradingWorker(SimpleWorker):
         # main thread. StopRequested is how RQ itself ends its loop on a stop.
         if self._stop_requested:
             raise StopRequested()
-        return bool(super().should_run_maintenance_tasks)
+        if not super().should_run_maintenance_tasks:
+            return False
+        # Due here; but one lane of the whole deployment runs it per interval, not every lane:
+        # RQ's maintenance lists every worker of each queue, so with one pass per lane the cost
+        # would grow with the square of the lanes. A lane that is not the one waits an interval.
+        if self.connection.set(keys.MAINTENANCE, self.name, nx=True, ex=self.maintenance_interval):
+            return True
+        self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
+        return False
 
     def register_birth(self) -> None:
         super().register_birth()
@@ -82,10 +92,24 @@ class GradingWorker(SimpleWorker):
     presence: str | None = None  # JSON record published with every heartbeat (app.jobs.presence)
     presence_ttl = 10
 
+    _last_beat = 0.0  # monotonic time of the last beat sent
+    _last_presence = 0.0
+    beat_lag_max = 0.0  # the beat thread's worst lateness so far, in seconds (published in presence)
+
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        super().heartbeat(timeout, pipeline)
-        if self.presence is not None:
-            presence.publish(pipeline if pipeline is not None else self.connection, self.name, self.presence,
+        # RQ beats at several points of one job (before the dequeue, as the job starts, after it,
+        # and again before the next dequeue), each an HSET and two EXPIREs: beats closer together
+        # than half the monitoring interval add nothing (the worker's key lives for a minute),
+        # and on short jobs they were most of Redis's commands per job.
+        clock = time.monotonic()
+        if clock - self._last_beat >= self.job_monitoring_interval / 2:
+            self._last_beat = clock
+            super().heartbeat(timeout, pipeline)
+        if self.presence is not None and clock - self._last_presence >= self.presence_ttl / 3:
+            self._last_presence = clock
+            record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
+                                                          **worker_health.fields()})
+            presence.publish(pipeline if pipeline is not None else self.connection, self.name, record,
                              self.presence_ttl)
 
     def register_death(self) -> None:
@@ -97,24 +121,38 @@ class GradingWorker(SimpleWorker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         execution = self.prepare_execution(job)
+        # The job function takes this lease (app.jobs.leases); the beat renews it with RQ's own
+        # heartbeat, with the same TTL, so a lane that cannot beat loses both together.
+        lease = Lease(self.connection, job.id, new_token(self.name), 1000 * self.get_heartbeat_ttl(job))
         stop = threading.Event()
-        beat = threading.Thread(target=self._beat, args=(job, execution, stop), name=f"heartbeat-{self.name}",
-                                daemon=True)
+        beat = threading.Thread(target=self._beat, args=(job, execution, lease, stop),
+                                name=f"heartbeat-{self.name}", daemon=True)
         beat.start()
         self.holding = job.id
+        leases.hold(lease)
         try:
             self.perform_job(job, queue, execution)
         finally:
+            leases.hold(None)
             self.holding = None
             stop.set()
             beat.join()
         self.set_state(WorkerStatus.IDLE)
 
-    def _beat(self, job: Job, execution: Any, stop: threading.Event) -> None:
-        while not stop.wait(self.job_monitoring_interval):
+    def _beat(self, job: Job, execution: Any, lease: Lease, stop: threading.Event) -> None:
+        # A thread of its own, which waits on nothing but its timer and Redis: a lane busy with its
+        # cases, or a loaded machine, delays it by milliseconds (measured: docs/deployment.md),
+        # far inside the grace. Only a stopped or cut-off process misses beats.
+        due = time.monotonic() + self.job_monitoring_interval
+        while not stop.wait(max(0.0, due - time.monotonic())):
+            self.beat_lag_max = max(self.beat_lag_max, time.monotonic() - due)
+            due += self.job_monitoring_interval
             try:
                 self.maintain_heartbeats(job, execution)
-            except Exception:  # a missed beat only risks a re-run, which is harmless
+                if not lease.lost and not lease.renew():  # logged once
+                    log.warning("job %s: lease lost (this worker looked dead); its result is left to the "
+                                "attempt that holds it now", job.id)
+            except Exception:  # a missed beat only risks a re-run, whose result is not written twice
                 log.warning("heartbeat for job %s failed", job.id, exc_info=True)
 
 

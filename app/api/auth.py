@@ -15,9 +15,10 @@ import json
 import math
 from typing import Any
 
+from app.jobs.refusals import count_refusal
 from app.observability import TENANT_REQUESTS, child
 from app.ratelimit import RateLimiter
-from app.tenants import LOCAL_TENANT, Tenant, hash_key
+from app.tenants import LOCAL_TENANT, Tenant, TenantsFile, hash_key
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 BROWSER_PAGES = frozenset({"/", "/docs", "/redoc", "/openapi.json"})
@@ -42,10 +43,8 @@ def _error(status: int, error: str, detail: str, headers: list[tuple[bytes, byte
 
 
 class TenantMiddleware:
-    def __init__(self, app: Any, tenants: dict[str, Tenant] | None, limiter: RateLimiter) -> None:
-        self.app, self.tenants, self.limiter = app, tenants, limiter
-        self.reward_keys = ({d: t for t in tenants.values() for d in t.reward_key_digests}
-                            if tenants is not None else None)
+    def __init__(self, app: Any, tenants: TenantsFile | None, limiter: RateLimiter) -> None:
+        self.app, self.tenants, self.limiter = app, tenants, limiter  # the file, re-read when it changes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -70,6 +69,7 @@ class TenantMiddleware:
             tenant = found
             wait = await self.limiter.take(tenant.name, tenant.rate_per_second, tenant.burst)
             if wait > 0:
+                await count_refusal(self.limiter.redis, "rate_limited")
                 retry = str(max(1, math.ceil(wait))).encode()
                 for message in _error(429, "rate_limited", "request rate limit exceeded; retry after the delay",
                                       [(b"retry-after", retry)]):
@@ -80,8 +80,8 @@ class TenantMiddleware:
         await self.app(scope, receive, send)
 
     def _reward_tenant(self, key: str) -> Tenant | None:
-        assert self.reward_keys is not None
-        return self.reward_keys.get(hash_key(key)) if key else None
+        assert self.tenants is not None
+        return self.tenants.by_reward_key_digest().get(hash_key(key)) if key else None
 
     def _tenant(self, scope: dict[str, Any]) -> Tenant | None:
         for key, value in scope.get("headers", ()):
@@ -93,7 +93,7 @@ class TenantMiddleware:
                     return None
                 if token.strip():
                     assert self.tenants is not None
-                    return self.tenants.get(hash_key(token.strip()))
+                    return self.tenants.by_key_digest().get(hash_key(token.strip()))
         return None
 
 

@@ -7,11 +7,12 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import grading_of, readiness_checks_of
 from app.jobs.presence import live_workers
-from app.observability import READY, REGISTRY
+from app.metrics_scrape import scrape
+from app.observability import READY
 
 router = APIRouter(tags=["health"])
 
@@ -47,4 +48,4 @@ async def readyz(request: Request) -> JSONResponse:
 
 @router.get("/metrics")
 def metrics() -> Response:
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(scrape(), media_type=CONTENT_TYPE_LATEST)

@@ -15,7 +15,7 @@ from fastapi import Request
 from app import __version__
 from app.api import health
 from app.api.deps import settings_of
-from app.jobs import grade_log
+from app.jobs import grade_log, refusals
 from app.jobs.redis_jobs import REDIS_ERRORS, sync_connection
 from app.jobs.worker_registry import live_workers, queue_depths
 from app.observability import GRADE_WINDOW, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS
@@ -70,7 +70,8 @@ def _grades(window: dict[int, dict[tuple[str, str], int]], now: float) -> dict[s
 def _redis_side(connection: redis.Redis) -> dict[str, Any]:
     try:
         return {"workers": live_workers(connection), "queues": queue_depths(connection),
-                "window": grade_log.window(connection), "faults": grade_log.faults(connection), "error": None}
+                "window": grade_log.window(connection), "faults": grade_log.faults(connection), "error": None,
+                "refused": refusals.recent(connection)}
     except REDIS_ERRORS as exc:
         return {"workers": [], "queues": {}, "window": {}, "faults": [],
                 "error": f"Redis is unreachable ({type(exc).__name__})"}
@@ -111,4 +112,5 @@ async def collect_status(request: Request) -> dict[str, Any]:
         "redis_error": side["error"],
         "grades": _grades(_merge_windows(GRADE_WINDOW.counts(now), side["window"]), now),
         "faults": faults[:KEEP_FAULTS],
+        "refused": side.get("refused") or refusals.recent(None, now),
     }

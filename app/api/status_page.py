@@ -66,9 +66,12 @@ def _splits(status: dict[str, Any]) -> str:
 def _queues(status: dict[str, Any]) -> str:
     if status["queues"] is None:
         return '<p class="muted">Embedded mode: judge and impl grading run in threads of this process.</p>'
-    rows = [[f"<b>{escape(name)}</b>", str(d["queued"]), str(d["started"]), str(d["failed"])]
+    rows = [[f"<b>{escape(name)}</b>", str(d["queued"]), str(d["started"]), str(d["failed"]),
+             "-" if d.get("oldest_seconds") is None else f"{d['oldest_seconds']:.0f} s"]
             for name, d in status["queues"].items()]
-    return _table(["queue", "waiting", "running", "failed"], rows, frozenset({1, 2, 3}))
+    refused = ", ".join(f"{escape(reason)} {n}" for reason, n in (status.get("refused") or {}).items())
+    return (_table(["queue", "waiting", "running", "failed", "next job waited"], rows, frozenset({1, 2, 3, 4}))
+            + f'<p class="muted">429 refusals in the last five minutes: {refused or "none"}</p>')
 
 
 def _workers(status: dict[str, Any], now: float) -> str:

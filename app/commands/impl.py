@@ -13,10 +13,14 @@ import inspect
 import json
 import sys
 
+from pydantic import SecretStr
+
 from app.graders.impl import grade_source, sandbox_status
 from app.graders.impl_cases import case_seed, draw_cases, random_case_seed
 from app.graders.impl_source import extract_code
-from app.settings import get_settings
+from app.jobs.case_secret import KEY as CASE_SECRET_KEY
+from app.redis_link import sync_connection
+from app.settings import ImplSettings, get_settings
 from app.tasks.impl import reference
 from app.tasks.impl.exercises import ALL, BY_NAME
 
@@ -51,6 +55,14 @@ def _check(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     settings = get_settings()
+    if settings.redis_url and settings.impl.case_secret is None:
+        # the deployment's secret, stored in Redis by its first worker (app.jobs.case_secret)
+        stored = sync_connection(settings.redis_url).get(CASE_SECRET_KEY)
+        if stored is None:
+            print("error: no case secret is set, nor stored in Redis yet (no worker has graded)", file=sys.stderr)
+            return 2
+        secret = stored.decode() if isinstance(stored, bytes) else str(stored)
+        settings = settings.model_copy(update={"impl": ImplSettings(case_secret=SecretStr(secret))})
     task_id = args.task if args.task.startswith("impl/") else f"impl/{args.task}"
     try:
         exercise = BY_NAME[task_id.removeprefix("impl/")]

@@ -11,6 +11,7 @@ from types import FrameType
 
 import uvicorn
 
+from app.metrics_scrape import remove_shared_directory, share_between_processes
 from app.sandbox.pool import shutdown_all
 from app.sandbox.stop import plain_tier_error, remove_stale_leftovers
 from app.settings import get_settings
@@ -59,9 +60,15 @@ def run(args: argparse.Namespace) -> int:
         if refusal:
             print(f"refusing to start: {refusal}", file=sys.stderr)
             return 2
+    if args.workers > 1:
+        share_between_processes()  # /metrics adds up the processes' figures
     install_stop_cleanup()
     uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=args.workers, log_level=args.log_level, access_log=False)
+                workers=args.workers, log_level=args.log_level, access_log=False,
+                # With several processes uvicorn's supervisor restarts one that has not answered its
+                # ping within this many seconds, starting up included: its 5 s default, on a loaded
+                # host, killed every process mid-start over and over, and the API never came up.
+                timeout_worker_healthcheck=60)
     return 0
 
 
@@ -73,6 +80,7 @@ def install_stop_cleanup() -> None:
 
     def on_stop(signum: int, _frame: FrameType | None) -> None:
         shutdown_all()
+        remove_shared_directory()
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
 

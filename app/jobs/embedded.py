@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from app.errors import ApiError
 from app.graders.result import GradeResult, Outcome
 from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until
+from app.jobs.refusals import count_refusal
 from app.settings import Settings
 
 
@@ -69,6 +70,7 @@ class EmbeddedJobs:
                            if j.tenant == tenant and j.future is not None and not j.done.is_set())
             if busy >= max_in_flight:
                 del self._jobs[job_id]
+                await count_refusal(None, "too_many_in_flight")
                 why = f"at most {max_in_flight} queued gradings in flight for this tenant"
                 raise ApiError(429, "too_many_in_flight", why, {"Retry-After": "1"})
         job.future = self._pool.submit(self._run, job, work)

@@ -26,3 +26,15 @@ def in_flight(tenant: str) -> str:
 def rq_job(job_id: str) -> str:
     """RQ's own hash for a job (its status field is read while waiting)."""
     return f"rq:job:{job_id}"
+
+
+def lease(job_id: str) -> str:
+    """Which attempt of a job holds it now (a token per attempt, with a TTL the holder renews)."""
+    return f"{PREFIX}:lease:{job_id}"
+
+
+# Channel on which a written result's job id is announced: waiting API requests are woken by it
+# instead of polling.
+RESULTS_CHANNEL = f"{PREFIX}:results"
+# Held (SET NX EX) by the one worker lane of the deployment that runs the queues' maintenance.
+MAINTENANCE = f"{PREFIX}:maintenance"

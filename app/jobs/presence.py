@@ -54,6 +54,13 @@ def record(worker_name: str, queues: tuple[str, ...], sandbox: dict[str, Any] | 
     })
 
 
+def with_fields(record_json: str, fields: dict[str, Any]) -> str:
+    """The record with fields that change from beat to beat: the heartbeat thread's worst
+    lateness so far (how close a busy worker came to being taken for dead, against
+    QUEUE__HEARTBEAT_GRACE) and the worker's health (app.jobs.worker_health)."""
+    return json.dumps({**json.loads(record_json), **fields})
+
+
 async def live_workers(redis: Any, limit: int = 1000) -> list[dict[str, Any]]:
     """Records of the workers whose presence key has not expired, sorted by name."""
     await redis.zremrangebyscore(NAMES, "-inf", time.time() - _FORGET_AFTER_SECONDS)

@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 from rq import Worker
 from rq.serializers import JSONSerializer
 
-from app.jobs import grade_log
+from app.jobs import grade_log, refusals
 from app.jobs.redis_jobs import REDIS_ERRORS, sync_connection
 from app.jobs.worker_registry import queue_depths
 from app.observability import REGISTRY
@@ -36,6 +36,7 @@ class QueueCollector(Collector):
             depths = queue_depths(self.connection)
             workers = Worker.all(connection=self.connection, serializer=JSONSerializer)
             totals = grade_log.totals(self.connection)
+            refused = refusals.totals(self.connection)
         except REDIS_ERRORS:
             up.add_metric([], 0)
             yield up
@@ -44,10 +45,20 @@ class QueueCollector(Collector):
         yield up
         jobs = GaugeMetricFamily("scaling_grader_queue_jobs", "Jobs per grading queue and state",
                                  labels=["queue", "state"])
+        age = GaugeMetricFamily("scaling_grader_queue_oldest_seconds",
+                                "How long the job next out of each queue has waited (0: empty)", labels=["queue"])
         for queue, by_state in depths.items():
             for state, count in by_state.items():
-                jobs.add_metric([queue, state], count)
+                if state != "oldest_seconds":
+                    jobs.add_metric([queue, state], count)
+            age.add_metric([queue], by_state.get("oldest_seconds") or 0.0)
         yield jobs
+        yield age
+        deployment_refused = CounterMetricFamily(
+            "scaling_grader_deployment_refused", "429 refusals by every API replica, by reason", labels=["reason"])
+        for reason, count in sorted(refused.items()):
+            deployment_refused.add_metric([reason], count)
+        yield deployment_refused
         states: dict[str, int] = {"idle": 0, "busy": 0}
         for worker in workers:
             state = str(worker.get_state())

@@ -1,6 +1,8 @@
-"""Jobs on Redis through RQ: queues per grading kind, results under our own key with a TTL (so
-waiting is one GET, whatever RQ version runs the workers), idempotency keys set with NX, and a
-per-tenant in-flight set. Redis failures become a 503 with a reason, never a lost request."""
+"""Jobs on Redis through RQ: queues per grading kind, results under our own key with a TTL,
+written once (app.jobs.leases), waited for by notification (app.jobs.result_notices),
+idempotency keys set with NX, and a per-tenant in-flight set. A job re-run after its worker
+looked dead goes to the front of its queue (RQ's Retry with enqueue_at_front). Redis failures
+become a 503 with a reason, never a lost request."""
 
 from __future__ import annotations
 
@@ -18,12 +20,30 @@ from app.errors import ApiError, QueueUnavailable
 from app.graders.result import GradeResult, Outcome
 from app.jobs import keys
 from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until
+from app.jobs.leases import store_once
+from app.jobs.refusals import count_refusal
+from app.jobs.result_notices import ResultNotices
 from app.redis_link import REDIS_ERRORS, sync_connection
 from app.settings import Settings
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+# A job's owner and idempotency records are kept this long while it waits (the result's TTL
+# starts when the result is written): a job that waits hours behind a backlog is still the
+# client's when it runs. Seven days bounds what a claim whose job was never queued can leave.
+QUEUED_RECORD_TTL = 7 * 24 * 3600
+
+# KEYS: in-flight set. ARGV: job id, now, horizon, cap, ttl -> 1 reserved, 0 at the cap.
+_RESERVE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
 
 
 class RedisJobs:
@@ -39,6 +59,7 @@ class RedisJobs:
         self.async_redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
         self._sync = sync_connection(settings.redis_url)
         self._queues: dict[str, Queue] = {}
+        self.notices = ResultNotices(self.async_redis)
 
     def _queue(self, kind: str) -> Queue:
         if kind not in self._queues:
@@ -47,7 +68,7 @@ class RedisJobs:
 
     async def claim(self, tenant: str, request_id: str | None, digest: str) -> ClaimResult:
         job_id = job_id_for(tenant, request_id)
-        ttl = self.settings.queue.result_ttl
+        ttl = QUEUED_RECORD_TTL
         try:
             await self.async_redis.set(keys.owner(job_id), tenant, ex=ttl, nx=True)
             if request_id is None:
@@ -71,7 +92,7 @@ class RedisJobs:
                 self.job_function, payload, job_id=job_id, job_timeout=queue_settings.job_timeout,
                 result_ttl=queue_settings.result_ttl, failure_ttl=queue_settings.result_ttl,
                 # no interval: a delayed retry would need an RQ scheduler; re-queue at once instead
-                retry=Retry(max=queue_settings.retries) if queue_settings.retries else None,
+                retry=Retry(max=queue_settings.retries, enqueue_at_front=True) if queue_settings.retries else None,
                 meta={"tenant": tenant},
             ))
         except REDIS_ERRORS:
@@ -80,20 +101,16 @@ class RedisJobs:
             raise QueueUnavailable("Redis is unreachable") from None
 
     async def _reserve_slot(self, tenant: str, job_id: str, cap: int) -> None:
-        key = keys.in_flight(tenant)
+        # entries older than a job's deadline belong to jobs that can no longer be running
         now = time.time()
-        async with self.async_redis.pipeline(transaction=True) as pipe:
-            # entries older than a job's deadline belong to jobs that can no longer be running
-            horizon = now - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
-            pipe.zremrangebyscore(key, "-inf", horizon)
-            pipe.zcard(key)
-            _, count = await pipe.execute()
-        if count >= cap:
+        horizon = now - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
+        reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), job_id, now, horizon, cap,
+                                               QUEUED_RECORD_TTL)
+        if not reserved:
             await self._forget(tenant, job_id)
+            await count_refusal(self.async_redis, "too_many_in_flight")
             raise ApiError(429, "too_many_in_flight", f"at most {cap} queued gradings in flight for this tenant",
                            {"Retry-After": "1"})
-        await self.async_redis.zadd(key, {job_id: now})
-        await self.async_redis.expire(key, self.settings.queue.result_ttl)
 
     async def _forget(self, tenant: str, job_id: str) -> None:
         with contextlib.suppress(*REDIS_ERRORS):
@@ -102,36 +119,52 @@ class RedisJobs:
     async def store(self, tenant: str, job_id: str, result: GradeResult) -> None:
         # on failure the caller still has its result; only a later retry of the same id re-grades
         with contextlib.suppress(*REDIS_ERRORS):
-            await self.async_redis.set(keys.result(job_id), result.model_dump_json(), ex=self.settings.queue.result_ttl)
+            await store_once(self.async_redis, tenant, job_id, result.model_dump_json(), self.settings.queue.result_ttl)
+
+    async def _stored(self, job_id: str) -> bytes | None:
+        raw = await self.async_redis.get(keys.result(job_id))
+        return raw if raw is None else bytes(raw if isinstance(raw, bytes) else raw.encode())
+
+    async def _wait_for_result(self, job_id: str, wait: float) -> bytes | None:
+        if self.settings.queue.result_wait == "notify":
+            return await self.notices.wait_for(job_id, lambda: self._stored(job_id), wait)
+        found: dict[str, bytes] = {}
+
+        async def finished() -> bool:
+            raw = await self._stored(job_id)
+            if raw is not None:
+                found["raw"] = raw
+            return raw is not None
+
+        return found["raw"] if await poll_until(finished, wait) else None
 
     async def view(self, tenant: str, job_id: str, wait: float) -> JobView | None:
         try:
             owner = await self.async_redis.get(keys.owner(job_id))
             if owner is None or _text(owner) != tenant:
                 return None
-            found: dict[str, bytes | str] = {}
-
-            async def finished() -> bool:
-                raw = await self.async_redis.get(keys.result(job_id))
-                if raw is not None:
-                    found["raw"] = raw
-                return raw is not None
-
-            if await poll_until(finished, wait):
-                await self.async_redis.zrem(keys.in_flight(tenant), job_id)
-                result = GradeResult.model_validate_json(found["raw"])
-                return JobView(job_id, "finished", result.model_copy(update={"job_id": job_id}))
+            raw = await self._wait_for_result(job_id, wait)
+            if raw is not None:
+                return self._finished(job_id, raw)
             status = await self.async_redis.hget(keys.rq_job(job_id), "status")
+            state = _text(status) if status else "queued"
+            if state in ("failed", "stopped", "canceled"):
+                # RQ gave up on it: an unscored error, unless a worker's result was written first.
+                failed = GradeResult(grading="unknown", outcome=Outcome.error, reward=0.0, job_id=job_id,
+                                     explanation="grading failed on every attempt; it was not scored")
+                if await store_once(self.async_redis, tenant, job_id, failed.model_dump_json(),
+                                    self.settings.queue.result_ttl):
+                    return JobView(job_id, "failed", failed)
+                raw = await self._stored(job_id)
+                return self._finished(job_id, raw) if raw is not None else JobView(job_id, "failed", failed)
         except REDIS_ERRORS:
             raise QueueUnavailable("Redis is unreachable") from None
-        state = _text(status) if status else "queued"
-        if state in ("failed", "stopped", "canceled"):
-            failed = GradeResult(grading="unknown", outcome=Outcome.error, reward=0.0, job_id=job_id,
-                                 explanation="grading failed on every attempt; it was not scored")
-            await self.store(tenant, job_id, failed)
-            await self.async_redis.zrem(keys.in_flight(tenant), job_id)
-            return JobView(job_id, "failed", failed)
         return JobView(job_id, "started" if state == "started" else "queued")
+
+    @staticmethod
+    def _finished(job_id: str, raw: bytes) -> JobView:
+        result = GradeResult.model_validate_json(raw)
+        return JobView(job_id, "finished", result.model_copy(update={"job_id": job_id}))
 
     async def ready(self) -> tuple[bool, str]:
         try:
@@ -141,5 +174,6 @@ class RedisJobs:
         return True, "redis: connected"
 
     async def close(self) -> None:
+        await self.notices.close()
         await self.async_redis.aclose()
         self._sync.close()

@@ -64,11 +64,23 @@ def live_workers(connection: redis.Redis) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: row["name"])
 
 
-def queue_depths(connection: redis.Redis) -> dict[str, dict[str, int]]:
-    """Queue name -> jobs waiting, running, and failed (still kept for inspection)."""
+def queue_depths(connection: redis.Redis) -> dict[str, dict[str, Any]]:
+    """Queue name -> jobs waiting, running, and failed (still kept for inspection), and how long
+    the job at the head of the queue has waited (seconds; None when the queue is empty)."""
     depths = {}
     for name in QUEUED_KINDS:
         queue = Queue(name, connection=connection, serializer=JSONSerializer)
         depths[name] = {"queued": queue.count, "started": queue.started_job_registry.count,
-                        "failed": queue.failed_job_registry.count}
+                        "failed": queue.failed_job_registry.count, "oldest_seconds": _head_age(queue)}
     return depths
+
+
+def _head_age(queue: Queue) -> float | None:
+    """Age of the next job out (the head: re-runs are put there, so it may not be the oldest
+    enqueued; a backlog's age shows within one job)."""
+    head = queue.get_job_ids(0, 1)
+    if not head:
+        return None
+    job = queue.fetch_job(head[0])
+    enqueued = getattr(job, "enqueued_at", None) if job is not None else None
+    return None if enqueued is None else round(max(0.0, time.time() - enqueued.timestamp()), 1)

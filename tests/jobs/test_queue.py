@@ -111,6 +111,9 @@ def test_redis_outage_keeps_inline_grading_and_recovers() -> None:
             server.start()
             worker = start_worker(server.url, "recovered", FAST_QUEUE)
             try:
+                deadline = time.monotonic() + 120  # ready once the worker's presence is published
+                while client.get("/readyz").status_code != 200 and time.monotonic() < deadline:
+                    time.sleep(0.2)
                 assert client.get("/readyz").status_code == 200
                 r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 120})
                 assert r.status_code == 200 and r.json()["reward"] == 1.0

@@ -1,0 +1,91 @@
+"""Waiting for a job's result without polling Redis.
+
+A worker's write of a result announces the job id on one channel (app.jobs.leases). Each API
+process keeps one subscription to it, in a background task, and wakes the requests waiting for
+that job. A request reads the result key once when it starts waiting and once per wake-up, and
+also every few seconds in case an announcement was missed (published while the subscription was
+reconnecting): a handful of commands per waited job instead of one GET every 100 ms."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from app.jobs import keys
+from app.redis_link import REDIS_ERRORS
+
+log = logging.getLogger(__name__)
+RECHECK_SECONDS = 5.0  # a waiting request reads the result at least this often
+_SUBSCRIBE_WAIT_SECONDS = 1.0  # how long a first waiter waits for the subscription to be up
+
+
+class ResultNotices:
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+
+    async def wait_for(self, job_id: str, read: Callable[[], Awaitable[Any]], wait: float) -> Any:
+        """read() (the stored result, or None) once it is not None, or None after `wait` seconds."""
+        deadline = time.monotonic() + wait
+        event = asyncio.Event()
+        self._waiters.setdefault(job_id, set()).add(event)  # before the first read: no wake-up is missed
+        try:
+            await self._ensure_listening()
+            while True:
+                found = await read()
+                remaining = deadline - time.monotonic()
+                if found is not None or remaining <= 0:
+                    return found
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(remaining, RECHECK_SECONDS))
+                event.clear()
+        finally:
+            waiting = self._waiters.get(job_id)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self._waiters[job_id]
+
+    async def _ensure_listening(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._listen(), name="result-notices")
+        if not self._subscribed.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._subscribed.wait(), _SUBSCRIBE_WAIT_SECONDS)
+
+    def _wake(self, job_id: str) -> None:
+        for event in self._waiters.get(job_id, ()):
+            event.set()
+
+    async def _listen(self) -> None:
+        while True:
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(keys.RESULTS_CHANNEL)
+                self._subscribed.set()
+                while True:
+                    # An explicit timeout: an idle channel is not a dead connection.
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is not None and message.get("type") == "message":
+                        data = message["data"]
+                        self._wake(data.decode() if isinstance(data, bytes) else str(data))
+            except REDIS_ERRORS:
+                self._subscribed.clear()
+                for job_id in list(self._waiters):  # announcements may have been missed: read again
+                    self._wake(job_id)
+                await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task

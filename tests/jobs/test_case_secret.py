@@ -1,0 +1,119 @@
+"""One reward per completion whoever grades it: every worker of a deployment draws hidden cases
+from the same case secret, with none configured by hand (app.jobs.case_secret)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import time
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from app.graders.impl_cases import case_seed, draw_cases
+from app.jobs.case_secret import KEY, deployment_secret, with_deployment_secret
+from app.settings import ImplSettings, Settings, get_settings
+from app.tasks.impl.exercises import BY_NAME
+from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, collect, completion
+from tests.support.server import running_server
+from tests.support.workers import start_worker, stop_worker
+
+# Right only where the chip's FLOPs-to-bandwidth ratio is small: how many hidden cases it passes
+# depends on which cases were drawn, so on the case secret.
+HALF_RIGHT_SOURCE = (
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math\n"
+    "    if peak_flops / hbm_bandwidth < 600:\n"
+    "        return math.ceil(peak_flops * bytes_per_weight / (2 * hbm_bandwidth) - 1e-9)\n"
+    "    return 1\n"
+)
+HALF_RIGHT = completion(HALF_RIGHT_SOURCE)
+
+
+def _fraction_passed(secret: str) -> float:
+    """The reward the half-right completion earns under a secret, computed here without a sandbox
+    (the oracle the test below is checked against)."""
+    namespace: dict = {}
+    exec(HALF_RIGHT_SOURCE, namespace)  # the test's own code
+    settings = Settings(impl=ImplSettings(case_secret=SecretStr(secret)))
+    exercise = BY_NAME[EXERCISE]
+    cases = draw_cases(exercise, case_seed(settings, exercise.task_id, HALF_RIGHT), settings)
+    return sum(namespace["critical_batch_size"](*c.args) == c.expected for c in cases) / len(cases)
+
+
+def test_the_half_right_completion_scores_differently_under_different_secrets() -> None:
+    # What the deployment-wide secret prevents: with a secret per worker, rewards would differ.
+    assert len({_fraction_passed(os.urandom(16).hex()) for _ in range(12)}) > 1
+
+
+def test_the_first_secret_stored_is_the_one_every_caller_gets(redis_server) -> None:
+    connection = redis_server.client()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        secrets = set(pool.map(lambda _: deployment_secret(redis_server.client()), range(32)))
+    assert len(secrets) == 1
+    stored = connection.get(KEY)
+    assert stored is not None and secrets == {stored.decode()} and len(stored) == 64
+
+
+def test_a_configured_secret_wins_and_redis_is_not_touched(redis_server) -> None:
+    connection = redis_server.client()
+    configured = Settings(impl=ImplSettings(case_secret=SecretStr("operator-secret")))
+    assert with_deployment_secret(configured, connection) is configured
+    assert connection.get(KEY) is None
+    shared = with_deployment_secret(Settings(), connection)
+    assert shared.impl.case_secret is not None
+    assert shared.impl.case_secret.get_secret_value() == connection.get(KEY).decode()
+
+
+@pytest.mark.slow
+def test_two_workers_without_a_configured_secret_give_the_same_reward(redis_server) -> None:
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    env.pop("SCALING_GRADER_IMPL__CASE_SECRET", None)
+    assert "SCALING_GRADER_IMPL__CASE_SECRET" not in os.environ
+    names = ("grader-a", "grader-b")
+    workers = [start_worker(redis_server.url, name, FAST_QUEUE) for name in names]
+    connection = redis_server.client()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(connection.exists(f"sg:worker:{n}") for n in names):
+            time.sleep(0.2)
+        with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+            job_ids = []
+            for i in range(10):
+                r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": HALF_RIGHT,
+                                                   "wait": 0, "request_id": f"same-{i}"})
+                assert r.status_code == 202, r.text
+                job_ids.append(r.json()["job_id"])
+            results = collect(client, job_ids, timeout=240)
+    finally:
+        for worker in workers:
+            stop_worker(worker)
+    assert len(results) == len(job_ids)
+    graded_by = {job_id: connection.hget(f"rq:job:{job_id}", "worker_name").decode() for job_id in job_ids}
+    assert set(graded_by.values()) == set(names), graded_by  # both workers graded some
+    rewards = {body["result"]["reward"] for body in results.values()}
+    expected = _fraction_passed(connection.get(KEY).decode())
+    assert 0 < expected < 1  # half right under the deployment's secret, else the check means little
+    assert rewards == {expected}, (rewards, graded_by)
+
+
+def test_replay_uses_the_secret_stored_in_redis(redis_server, monkeypatch, capsys) -> None:
+    from tests.graders.test_impl_cases import run_cli
+
+    monkeypatch.setenv("SCALING_GRADER_REDIS_URL", redis_server.url)
+    monkeypatch.delenv("SCALING_GRADER_IMPL__CASE_SECRET", raising=False)
+    get_settings.cache_clear()
+    try:
+        assert run_cli(["impl", "replay", "--task", "impl/torus_stats", "--seed", "0" * 32]) == 2  # none yet
+        assert "no case secret" in capsys.readouterr().err
+        secret = deployment_secret(redis_server.client())
+        shared = Settings(impl=ImplSettings(case_secret=SecretStr(secret)))
+        seed = case_seed(shared, "impl/torus_stats", "some completion")
+        assert run_cli(["impl", "replay", "--task", "impl/torus_stats", "--seed", seed]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        drawn = draw_cases(BY_NAME["torus_stats"], seed, shared)
+        assert [p["expected"] for p in printed] == [c.expected for c in drawn]
+    finally:
+        get_settings.cache_clear()

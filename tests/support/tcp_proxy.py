@@ -1,0 +1,73 @@
+"""A loopback TCP proxy a test controls, to cut one client off from a server (a partition)
+without touching the server: while paused it relays nothing in either direction and closes
+nothing, as a network that drops packets would; resumed, it relays again."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+
+from tests.support.server import free_port
+
+
+class PausableProxy:
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._relaying = threading.Event()
+        self._relaying.set()
+        self._closed = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def pause(self) -> None:
+        self._relaying.clear()
+
+    def resume(self) -> None:
+        self._relaying.set()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._relay, args=(client, upstream), daemon=True).start()
+
+    def _relay(self, a: socket.socket, b: socket.socket) -> None:
+        peers = {a: b, b: a}
+        try:
+            while not self._closed.is_set():
+                self._relaying.wait()
+                ready, _, _ = select.select([a, b], [], [], 0.1)
+                if not self._relaying.is_set():
+                    continue  # paused while waiting: what arrived stays unread until resumed
+                for source in ready:
+                    data = source.recv(65536)
+                    if not data:
+                        return
+                    peers[source].sendall(data)
+        except OSError:
+            return
+        finally:
+            for sock in (a, b):
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._relaying.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
