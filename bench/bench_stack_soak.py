@@ -119,7 +119,7 @@ class SoakStack:
         args = ["docker", "ps", "--no-trunc", "--filter", f"label=com.docker.compose.project={self.project}",
                 "--format", "{{.ID}} {{.Names}}"]
         if service:
-            args[4:4] = ["--filter", f"label=com.docker.compose.service={service}"]
+            args[5:5] = ["--filter", f"label=com.docker.compose.service={service}"]
         out = sh(*args)
         return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
 
@@ -184,23 +184,31 @@ fake.main()
 # ---------------------------------------------------------------------------- what piles up
 
 
-def _proc_facts(pids: list[int]) -> tuple[int, int, int]:
-    """(zombies, open fds, RSS bytes) of these host processes."""
-    zombies = fds = rss = 0
+# gVisor's host processes (runsc, and runsc re-executed as its gofer, sandbox and helpers) and the
+# container's init: counted apart from the service's own processes, which must not grow.
+_NOT_SERVICE = {"runsc", "exe", "docker-init", "tini"}
+
+
+def _proc_facts(pids: list[int]) -> dict[str, int]:
+    """Zombies of all these host processes; open fds and RSS of the service's own among them."""
+    facts = {"processes": len(pids), "zombies": 0, "fds": 0, "rss": 0}
     for pid in pids:
         try:
             status = Path(f"/proc/{pid}/status").read_text()
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
         if "\nState:\tZ" in status:
-            zombies += 1
+            facts["zombies"] += 1
+            continue
+        if name in _NOT_SERVICE:
             continue
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
-                rss += int(line.split()[1]) * 1024
+                facts["rss"] += int(line.split()[1]) * 1024
         with contextlib.suppress(OSError):
-            fds += len(os.listdir(f"/proc/{pid}/fd"))
-    return zombies, fds, rss
+            facts["fds"] += len(os.listdir(f"/proc/{pid}/fd"))
+    return facts
 
 
 def container_facts(soak: SoakStack) -> dict[str, dict[str, int]]:
@@ -210,9 +218,7 @@ def container_facts(soak: SoakStack) -> dict[str, dict[str, int]]:
             top = sh("docker", "top", cid, "-eo", "pid", check=True, timeout=30)
         except (RuntimeError, subprocess.TimeoutExpired):
             continue
-        pids = [int(line) for line in top.splitlines()[1:] if line.strip().isdigit()]
-        zombies, fds, rss = _proc_facts(pids)
-        facts[name] = {"processes": len(pids), "zombies": zombies, "fds": fds, "rss": rss}
+        facts[name] = _proc_facts([int(line) for line in top.splitlines()[1:] if line.strip().isdigit()])
     return facts
 
 
@@ -240,7 +246,7 @@ def redis_facts(soak: SoakStack) -> dict[str, int]:
 
 def snapshot(soak: SoakStack) -> dict:
     return {"containers": container_facts(soak), "dying_memory_cgroups": dying_memory_cgroups(),
-            "redis": redis_facts(soak), "at": time.monotonic()}
+            "redis": redis_facts(soak), "at": time.monotonic(), "load": os.getloadavg()[0]}
 
 
 # ---------------------------------------------------------------------------- load
@@ -253,8 +259,10 @@ class Ledger:
     numeric: list[tuple[float, float, int]] = field(default_factory=list)  # (sent at, seconds, status)
     jobs: dict[str, tuple[str, str]] = field(default_factory=dict)  # job id -> (kind, completion label)
     first_result: dict[str, dict] = field(default_factory=dict)
+    answered_at: dict[str, float] = field(default_factory=dict)
     submit_errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     backlog: list[tuple[float, int]] = field(default_factory=list)
+    first_fault_at: float = float("inf")
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def outstanding(self) -> int:
@@ -364,6 +372,7 @@ def poll_results(soak: SoakStack, ledger: Ledger, stop: threading.Event) -> None
                 if body.get("status") in ("finished", "failed"):
                     with ledger.lock:
                         ledger.first_result[job_id] = body
+                        ledger.answered_at[job_id] = time.monotonic()
             stop.wait(1.0)
 
 
@@ -430,7 +439,7 @@ def _mib(n: int) -> str:
 def _pcts(values: list[float]) -> str:
     if not values:
         return "no answers"
-    return f"p50 {percentile(values, 50) * 1000:.1f} ms, p99 {percentile(values, 99) * 1000:.1f} ms ({len(values)})"
+    return f"p50 {percentile(values, 0.5) * 1000:.1f} ms, p99 {percentile(values, 0.99) * 1000:.1f} ms ({len(values)})"
 
 
 def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet: list[float],
@@ -438,7 +447,10 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
     print(f"\nsoak: {seconds / 60:.1f} min of load, {len(faults)} faults:")
     for line in faults:
         print(f"  - {line}")
-    print("\nper container (start -> end): processes, zombies, open fds, RSS")
+    print(f"host load average (1 min), start -> end: {start['load']:.1f} -> {end['load']:.1f} "
+          "(the machine is shared: other work on it counts in every latency below)")
+    print("\nper container (start -> end): processes (gVisor's included), zombies, and the service's own "
+          "open fds and RSS (gVisor's processes come and go with the cases)")
     for name in sorted(set(start["containers"]) | set(end["containers"])):
         a, b = start["containers"].get(name), end["containers"].get(name)
         if a is None or b is None:
@@ -453,19 +465,25 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
     rs, re_ = start["redis"], end["redis"]
     if rs and re_:
         commands = re_.get("total_commands_processed", 0) - rs.get("total_commands_processed", 0)
-        print(f"redis: memory {_mib(rs.get('used_memory', 0))} -> {_mib(re_.get('used_memory', 0))}; "
-              f"{commands} commands, {commands / max(1, len(answered)):.0f} per queued job answered "
-              "(numeric grades queue nothing; a restart resets the count, so this is a lower bound then)")
+        numeric_cost = start.get("commands_per_numeric", 0.0) * sum(1 for n in ledger.numeric if n[0] >= start["at"])
+        queued = sum(1 for j in answered if not j.startswith("inline-") and ledger.answered_at.get(j, 0) >= start["at"])
+        memory = f"{_mib(rs.get('used_memory', 0))} -> {_mib(re_.get('used_memory', 0))}"
+        per_job = (commands - numeric_cost) / max(1, queued)
+        print(f"redis: memory {memory}; {commands} commands from start to end, of them about {numeric_cost:.0f} "
+              f"for numeric grades ({start.get('commands_per_numeric', 0.0):.1f} each, measured on the quiet "
+              f"stack: rate limits); about {per_job:.0f} per queued job answered in that time ({queued}); "
+              "a Redis restart resets its count, so with one in between these are lower bounds")
     rewritten = [j for j, body in final.items()
                  if j in ledger.first_result and _verdict(body) != _verdict(ledger.first_result[j])]
     by_completion: dict[str, set] = defaultdict(set)
     unscored: dict[str, int] = defaultdict(int)
     for job_id, body in {**ledger.first_result}.items():
         kind, label = ledger.jobs[job_id]
-        if body.get("reward") is None or body.get("status") == "failed":
-            unscored[f"{label} ({body.get('outcome') or body.get('status')})"] += 1
+        status, reward, outcome = _verdict(body)
+        if reward is None or status == "failed":
+            unscored[f"{label} ({outcome or status})"] += 1
             continue
-        by_completion[label].add(body.get("reward"))
+        by_completion[label].add(reward)
     inconsistent = {label: sorted(v) for label, v in by_completion.items() if len(v) > 1}
     kinds: dict[str, int] = defaultdict(int)
     for kind, _ in ledger.jobs.values():
@@ -478,12 +496,14 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
     print(f"unscored (no reward): {sum(unscored.values())} {dict(unscored) or ''}")
     if ledger.submit_errors:
         print(f"submissions refused or failed: {dict(ledger.submit_errors)}")
-    loaded = [s for _, s, status in ledger.numeric if status == 200]
+    saturated = [t for at, t, status in ledger.numeric if status == 200 and at < ledger.first_fault_at]
+    faulted = [t for at, t, status in ledger.numeric if status == 200 and at >= ledger.first_fault_at]
     errors = sum(1 for _, _, status in ledger.numeric if status != 200)
-    print(f"numeric, quiet stack: {_pcts(quiet)}")
-    print(f"numeric, under the load and faults: {_pcts(loaded)}; not 200: {errors}")
-    if quiet and loaded:
-        print(f"numeric p99 under load / quiet: {percentile(loaded, 99) / percentile(quiet, 99):.1f}x")
+    print(f"numeric, quiet stack (no impl load): {_pcts(quiet)}")
+    print(f"numeric, workers saturated, before the first fault: {_pcts(saturated)}")
+    print(f"numeric, saturated, from the first fault on: {_pcts(faulted)}; not 200 (whole run): {errors}")
+    if quiet and saturated:
+        print(f"numeric p99 saturated / quiet: {percentile(saturated, 0.99) / percentile(quiet, 0.99):.1f}x")
     if ledger.backlog:
         depths = [d for _, d in ledger.backlog]
         print(f"impl backlog (jobs waiting in the queue): mean {sum(depths) / len(depths):.1f}, max {max(depths)}, "
@@ -491,7 +511,10 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
 
 
 def _verdict(body: dict) -> tuple:
-    return body.get("status"), body.get("reward"), body.get("outcome")
+    """(status, reward, outcome) of a job's body, or of an answer given at once."""
+    result = body.get("result") if "job_id" in body else body
+    result = result or {}
+    return body.get("status", "finished"), result.get("reward"), result.get("outcome")
 
 
 def final_results(soak: SoakStack, ledger: Ledger, wait_seconds: float) -> dict[str, dict]:
@@ -510,7 +533,9 @@ def final_results(soak: SoakStack, ledger: Ledger, wait_seconds: float) -> dict[
                     if r.status_code == 200 and r.json().get("status") in ("finished", "failed"):
                         final[job_id] = r.json()
                         with ledger.lock:
-                            ledger.first_result.setdefault(job_id, r.json())
+                            if job_id not in ledger.first_result:
+                                ledger.first_result[job_id] = r.json()
+                                ledger.answered_at[job_id] = time.monotonic()
             if len(final) == len(ledger.jobs):
                 break
             time.sleep(3)
@@ -530,8 +555,9 @@ def judge_items() -> list:
 
 def main(smoke: bool) -> None:
     seconds = 180.0 if smoke else float(os.environ.get("STACK_SOAK_SECONDS", 3600))
-    fault_every = 40.0 if smoke else float(os.environ.get("STACK_SOAK_FAULT_EVERY", 300))
+    fault_every = 30.0 if smoke else float(os.environ.get("STACK_SOAK_FAULT_EVERY", 300))
     quiet_seconds = 15.0 if smoke else 60.0
+    warmup = 20.0 if smoke else 120.0
     rate = float(os.environ.get("STACK_SOAK_NUMERIC_RATE", 20))
     soak, judge = start_stack(smoke)
     try:
@@ -539,8 +565,10 @@ def main(smoke: bool) -> None:
         print(f"judge items: {len(items)} book items against the loopback judge" if items
               else "judge items: none (no BOOK_MIRROR)")
         time.sleep(10)  # warm pools fill
+        before = redis_facts(soak).get("total_commands_processed", 0)
         quiet = measure_numeric(soak, quiet_seconds, rate)
-        start = snapshot(soak)
+        after = redis_facts(soak).get("total_commands_processed", 0)
+        per_numeric = (after - before) / max(1, len(quiet))
         ledger, stop = Ledger(), threading.Event()
         threads = [
             threading.Thread(target=numeric_load, args=(soak, ledger, stop, rate, 30.0), daemon=True),
@@ -550,6 +578,10 @@ def main(smoke: bool) -> None:
         ]
         for t in threads:
             t.start()
+        # The start of the comparison: after a warm-up under the load (pools full, queues busy).
+        time.sleep(warmup)
+        start = snapshot(soak)
+        start["commands_per_numeric"] = per_numeric
         began, faults, rng, n = time.monotonic(), [], random.Random(3), 0
         while time.monotonic() - began < seconds:
             time.sleep(min(fault_every, max(0.0, seconds - (time.monotonic() - began))))
@@ -557,6 +589,7 @@ def main(smoke: bool) -> None:
                 break
             fault = FAULTS[n % len(FAULTS)]
             n += 1
+            ledger.first_fault_at = min(ledger.first_fault_at, time.monotonic())
             at = time.monotonic() - began
             try:
                 faults.append(f"{at / 60:.1f} min: {fault(soak, rng)}")
