@@ -28,6 +28,7 @@ numeric p50/p99 on the quiet stack and under the load, and the impl backlog. Tar
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import random
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import httpx
 
+from app.tasks.impl import reference
 from bench.timing import percentile
 from tests.support.server import ROOT
 
@@ -48,18 +50,14 @@ STACK = ROOT / "deploy" / "stack.sh"
 SUBNET_PREFIX = "10.231.77"  # the soak's own compose network; the host is its gateway (.1)
 EXERCISE = "critical_batch_size"
 
-RIGHT_SOURCE = '''
-def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):
-    import math
-    return math.ceil(peak_flops * bytes_per_weight / hbm_bandwidth)
-'''
+RIGHT_SOURCE = inspect.getsource(getattr(reference, EXERCISE))
 HONEST = {
     "right": RIGHT_SOURCE,
+    # forgets the bytes per weight
     "wrong": "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
              "    import math\n    return math.ceil(peak_flops / hbm_bandwidth)\n",
     # right only for 2-byte weights: some hidden cases pass, some fail
-    "half_right": "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
-                  "    import math\n    return math.ceil(peak_flops * 2 / hbm_bandwidth)\n",
+    "half_right": RIGHT_SOURCE.replace("peak_flops * bytes_per_weight", "peak_flops * 2"),
 }
 HOSTILE = {
     "cpu_spin": "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
@@ -373,7 +371,9 @@ def poll_results(soak: SoakStack, ledger: Ledger, stop: threading.Event) -> None
                     with ledger.lock:
                         ledger.first_result[job_id] = body
                         ledger.answered_at[job_id] = time.monotonic()
-            stop.wait(1.0)
+            # Each look is a few Redis commands: every 5 s, as a patient client would, so that the
+            # commands per job are mostly the deployment's own.
+            stop.wait(5.0)
 
 
 def sample_backlog(soak: SoakStack, ledger: Ledger, stop: threading.Event) -> None:
