@@ -462,17 +462,21 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
     print(f"dying memory cgroups on the host: {start['dying_memory_cgroups']} -> {end['dying_memory_cgroups']}")
     answered = [j for j in ledger.jobs if j in ledger.first_result]
     lost = [j for j in ledger.jobs if j not in final and j not in ledger.first_result]
-    rs, re_ = start["redis"], end["redis"]
+    rs, re_ = start["redis"], end.get("redis_before_faults") or end["redis"]
     if rs and re_:
+        # From the start to the first fault (a Redis restart resets its counters).
+        until = end.get("first_fault_at", end["at"])
         commands = re_.get("total_commands_processed", 0) - rs.get("total_commands_processed", 0)
-        numeric_cost = start.get("commands_per_numeric", 0.0) * sum(1 for n in ledger.numeric if n[0] >= start["at"])
-        queued = sum(1 for j in answered if not j.startswith("inline-") and ledger.answered_at.get(j, 0) >= start["at"])
-        memory = f"{_mib(rs.get('used_memory', 0))} -> {_mib(re_.get('used_memory', 0))}"
-        per_job = (commands - numeric_cost) / max(1, queued)
-        print(f"redis: memory {memory}; {commands} commands from start to end, of them about {numeric_cost:.0f} "
-              f"for numeric grades ({start.get('commands_per_numeric', 0.0):.1f} each, measured on the quiet "
-              f"stack: rate limits); about {per_job:.0f} per queued job answered in that time ({queued}); "
-              "a Redis restart resets its count, so with one in between these are lower bounds")
+        numerics = sum(1 for n in ledger.numeric if start["at"] <= n[0] < until)
+        numeric_cost = start.get("commands_per_numeric", 0.0) * numerics
+        queued = sum(1 for j in answered if start["at"] <= ledger.answered_at.get(j, 0) < until)
+        memory = f"{_mib(rs.get('used_memory', 0))} -> {_mib(end['redis'].get('used_memory', 0))}"
+        print(f"redis: memory {memory} (start -> end)")
+        if queued:
+            print(f"redis, from the start to the first fault: {commands} commands, of them about {numeric_cost:.0f} "
+                  f"for {numerics} numeric grades ({start.get('commands_per_numeric', 0.0):.1f} each, measured on "
+                  f"the quiet stack: rate limits); about {(commands - numeric_cost) / queued:.0f} per queued job "
+                  f"answered in that time ({queued})")
     rewritten = [j for j, body in final.items()
                  if j in ledger.first_result and _verdict(body) != _verdict(ledger.first_result[j])]
     by_completion: dict[str, set] = defaultdict(set)
@@ -555,7 +559,8 @@ def judge_items() -> list:
 
 def main(smoke: bool) -> None:
     seconds = 180.0 if smoke else float(os.environ.get("STACK_SOAK_SECONDS", 3600))
-    fault_every = 30.0 if smoke else float(os.environ.get("STACK_SOAK_FAULT_EVERY", 300))
+    # Every 5 minutes, or often enough that a short run sees each of the four faults.
+    fault_every = 30.0 if smoke else float(os.environ.get("STACK_SOAK_FAULT_EVERY", min(300.0, seconds / 5)))
     quiet_seconds = 15.0 if smoke else 60.0
     warmup = 20.0 if smoke else 120.0
     rate = float(os.environ.get("STACK_SOAK_NUMERIC_RATE", 20))
@@ -583,13 +588,16 @@ def main(smoke: bool) -> None:
         start = snapshot(soak)
         start["commands_per_numeric"] = per_numeric
         began, faults, rng, n = time.monotonic(), [], random.Random(3), 0
+        redis_before_faults: dict[str, int] = {}
         while time.monotonic() - began < seconds:
             time.sleep(min(fault_every, max(0.0, seconds - (time.monotonic() - began))))
             if time.monotonic() - began >= seconds - 10:
                 break
             fault = FAULTS[n % len(FAULTS)]
             n += 1
-            ledger.first_fault_at = min(ledger.first_fault_at, time.monotonic())
+            if n == 1:
+                ledger.first_fault_at = time.monotonic()
+                redis_before_faults = redis_facts(soak)
             at = time.monotonic() - began
             try:
                 faults.append(f"{at / 60:.1f} min: {fault(soak, rng)}")
@@ -602,6 +610,8 @@ def main(smoke: bool) -> None:
         final = final_results(soak, ledger, 300.0)
         time.sleep(5)
         end = snapshot(soak)
+        end["redis_before_faults"] = redis_before_faults
+        end["first_fault_at"] = ledger.first_fault_at
         report(start, end, ledger, final, quiet, faults, loaded_seconds)
     finally:
         judge.kill()
