@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 MEMORY_ROOT = Path("/sys/fs/cgroup/memory")
 CASES = 12
+# Dying groups are counted host-wide: other processes (containers starting, other tests) make and
+# remove groups meanwhile. Flat means far below one per case.
+DYING_MARGIN = CASES // 3
 # What a group may hold at its removal: kernel objects of its own that no reclaim frees (about
 # 200 KiB measured on cgroup v1), far below the megabytes of page cache a case reads.
 LEFT_AT_REMOVAL = 1 << 20
@@ -138,7 +141,7 @@ def test_removed_groups_do_not_stay_dying(host: CgroupHost, held_at_removal: lis
     assert sum(charged) > CASES << 20, charged  # the reads were charged to the groups
     assert held_at_removal and max(held_at_removal) < LEFT_AT_REMOVAL, held_at_removal
     time.sleep(1)
-    assert dying_memory_cgroups() - before <= 2, "the removed groups stay in the kernel, dying"
+    assert dying_memory_cgroups() - before <= DYING_MARGIN, "the removed groups stay in the kernel, dying"
 
 
 def test_without_the_release_the_groups_go_with_their_charges(host: CgroupHost, held_at_removal: list[int],
@@ -169,4 +172,4 @@ def test_cases_reading_uncached_system_files_leave_no_dying_group(held_at_remova
     assert drain_removals(30)
     assert len(held_at_removal) >= CASES and max(held_at_removal) < LEFT_AT_REMOVAL, held_at_removal
     time.sleep(1)
-    assert dying_memory_cgroups() - before <= 2, "cases pin their memory cgroups"
+    assert dying_memory_cgroups() - before <= DYING_MARGIN, "cases pin their memory cgroups"
