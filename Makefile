@@ -31,7 +31,7 @@ unexport PYTHONDONTWRITEBYTECODE
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist worksteal
 SERIAL_PARALLEL := -n $(SERIAL_WORKERS) --dist worksteal
 
-.PHONY: serve test test-in-parts test-fast typecheck lint bench bench-smoke sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
+.PHONY: serve test test-in-parts test-fast typecheck lint bench bench-smoke bench-stack-soak sandbox-deps system-deps check-dashboards clean docker-engine images stack stack-down test-stack
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -159,6 +159,11 @@ stack-down:
 TEST_STACK_PORT ?= 18080
 test-stack: $(VENV)/.test docker-engine
 	PORT=$(TEST_STACK_PORT) PYTEST=$(BIN)/pytest deploy/stack.sh test
+
+# The stack soak (bench/bench_stack_soak.py): its own stack under mixed load with faults, 60 minutes
+# (STACK_SOAK_SECONDS overrides; SMOKE=1: 3 minutes); prints what piled up, start vs end.
+bench-stack-soak: $(VENV)/.test docker-engine
+	$(BIN)/python -m bench $(if $(SMOKE),--smoke) stack_soak
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -149,6 +149,9 @@ class SandboxSettings(BaseModel):
     # service milliseconds (answers are a few hundred numbers at most).
     max_result_bytes: int = Field(64 * 1024, gt=0)
     max_result_items: int = Field(10_000, gt=0)
+    # Where the sandbox writes its start record (app/sandbox/health.py) for a health check run
+    # outside the process, e.g. the worker container's; None: kept in memory only.
+    health_file: Path | None = None
     host_devices: int = Field(8, gt=0)  # CPU devices JAX sees in the child
     warm_pool_size: int = Field(2, ge=0)  # per preload profile
     start_timeout_seconds: float = Field(60.0, gt=0)

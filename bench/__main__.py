@@ -37,6 +37,8 @@ class _Tee(io.TextIOBase):
         return len(text)
 
 LONG = frozenset({"bench_soak"})
+# Runs only when named, smoke included: it needs Docker and starts a container stack of its own.
+NAMED_ONLY = frozenset({"bench_stack_soak"})
 
 
 def main() -> int:
@@ -52,7 +54,7 @@ def main() -> int:
     # "soak" names bench_soak; the full soak (30 minutes) runs only when named, its smoke always.
     names = [n if n.startswith("bench_") else f"bench_{n}" for n in names] or sorted(
         m.name for m in pkgutil.iter_modules(bench.__path__)
-        if m.name.startswith("bench_") and (args.smoke or m.name not in LONG)
+        if m.name.startswith("bench_") and (args.smoke or m.name not in LONG) and m.name not in NAMED_ONLY
     )
     for name in names:
         module = importlib.import_module(f"bench.{name}")

@@ -9,8 +9,12 @@
 #   deploy/stack.sh workers N  N workers only, for a worker host (REDIS_URL names the API host's Redis)
 #   deploy/stack.sh test     up with tests/stack/compose.test.yml (fake judge, short heartbeats),
 #                            the end-to-end tests in tests/stack, then down
+#   deploy/stack.sh reload-tenants  restart the API if its tenants file changed since it started
+#                            (up does this by itself when it finds the stack running)
 # Variables: PORT (8000), WORKERS (2), WORKER_JOBS (jobs per worker; default: the cores / WORKERS),
-# STACK_NAME (compose project, scaling-grader), EXTRA_COMPOSE
+# BOOK_MIRROR (an offline book mirror: a directory with the pinned commit's chapters; then up waits
+# until the book and exam splits load from it), TENANTS_FILE (your own; default: one written with a
+# test tenant), STACK_NAME (compose project, scaling-grader), EXTRA_COMPOSE
 # (more compose files, space-separated), KEEP_STACK=1
 # (test: leave the stack running), PYTEST (test: the pytest to run).
 set -euo pipefail
@@ -88,9 +92,16 @@ scale_workers() {  # scale_workers N: start or remove worker containers until N 
     mapfile -t args < <(/usr/bin/python3 deploy/worker_run.py "$COMPOSE_PROJECT_NAME" "$n" <<<"$config")
     docker run "${args[@]}" >/dev/null
   done
+  # Scale-down stops (SIGTERM, then the container's stop timeout, its stop_grace_period) so that
+  # each worker finishes the jobs it holds; only then is the container removed.
+  local stopping=()
   for name in $(worker_containers); do
-    [ "${name##*_}" -gt "$want" ] && docker rm -f "$name" >/dev/null
+    [ "${name##*_}" -gt "$want" ] && stopping+=("$name")
   done
+  if [ ${#stopping[@]} -gt 0 ]; then
+    docker stop "${stopping[@]}" >/dev/null
+    docker rm "${stopping[@]}" >/dev/null
+  fi
   return 0
 }
 
@@ -104,6 +115,12 @@ load_images() {
 tenants() {
   # A tenants file with one test tenant; its key is kept (0600) so a re-run prints the same one.
   mkdir -p "$STATE"
+  if [ -n "${TENANTS_FILE:-}" ] && [ "$TENANTS_FILE" != "$PWD/$STATE/tenants.toml" ]; then
+    [ -r "$TENANTS_FILE" ] || { log "TENANTS_FILE $TENANTS_FILE cannot be read"; exit 1; }
+    TENANTS_FILE=$(cd "$(dirname "$TENANTS_FILE")" && pwd -P)/$(basename "$TENANTS_FILE")
+    export TENANTS_FILE
+    return
+  fi
   if [ ! -s "$STATE/api-key" ]; then
     (umask 077 && python3 -c 'import secrets; print("sg_" + secrets.token_urlsafe(32))' >"$STATE/api-key")
   fi
@@ -135,7 +152,61 @@ burst = 3
 TOML
   fi
   chmod 0644 "$STATE/tenants.toml"  # digests only; the api container's uid must read it
-  export TENANTS_FILE=$PWD/$STATE/tenants.toml
+  export TENANTS_FILE=$PWD/$STATE/tenants.toml OWN_TENANTS=1
+}
+
+book_mirror() {
+  # BOOK_MIRROR given: mounted read-only and named to the service (an env file, so that without
+  # a mirror the setting stays unset and the chapters are downloaded instead).
+  mkdir -p "$STATE/no-mirror"
+  if [ -n "${BOOK_MIRROR:-}" ] && [ "$BOOK_MIRROR" != "$PWD/$STATE/no-mirror" ]; then
+    [ -d "$BOOK_MIRROR" ] || { log "BOOK_MIRROR $BOOK_MIRROR is not a directory"; exit 1; }
+    BOOK_MIRROR=$(cd "$BOOK_MIRROR" && pwd -P)
+    echo "SCALING_GRADER_BOOK_MIRROR=/srv/book-mirror" >"$STATE/book.env"
+    export BOOK_MIRROR BOOK_ENV=$STATE/book.env WANT_BOOK=1
+  else
+    export BOOK_MIRROR=$PWD/$STATE/no-mirror
+    unset BOOK_ENV
+  fi
+}
+
+tenants_digest() { sha256sum "$TENANTS_FILE" | cut -d' ' -f1; }
+
+reload_tenants() {
+  # The API reads its tenants file at start: a changed file (keys added or revoked) takes effect
+  # only after a restart, which this does when the file differs from the one it started with.
+  local now before
+  now=$(tenants_digest)
+  before=$(cat "$STATE/tenants.started" 2>/dev/null || true)
+  if [ -n "$before" ] && [ "$now" != "$before" ] && [ -n "$(compose ps -q api 2>/dev/null)" ]; then
+    log "the tenants file changed: restarting the API"
+    compose restart api >&2
+  fi
+  echo "$now" >"$STATE/tenants.started"
+}
+
+book_ready() {
+  # Ready for the book and exam splits: a task of each is served (the chapters load and verify).
+  python3 - "http://127.0.0.1:$PORT" "$(cat "$STATE/api-key" 2>/dev/null)" "${READY_TIMEOUT:-300}" <<'PY'
+import sys, time, urllib.error, urllib.request
+base, key, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+deadline, last = time.monotonic() + timeout, {}
+while time.monotonic() < deadline:
+    for split in ("book", "exam"):
+        req = urllib.request.Request(f"{base}/v1/tasks?split={split}&n=1", headers={"Authorization": f"Bearer {key}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                last[split] = r.status
+        except urllib.error.HTTPError as exc:
+            last[split] = f"{exc.code} {exc.read()[:200].decode(errors='replace')}"
+        except (urllib.error.URLError, OSError) as exc:
+            last[split] = str(exc)
+    if all(v == 200 for v in last.values()):
+        print("stack: the book and exam splits load from the mirror", file=sys.stderr)
+        sys.exit(0)
+    time.sleep(2)
+sys.exit(f"stack: not ready for the book and exam splits: {last}")
+PY
 }
 
 wait_ready() {
@@ -169,8 +240,7 @@ up() {
   deploy/images.sh
   load_images
   tenants
-  mkdir -p "$STATE/no-mirror"
-  export BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+  book_mirror
   log "starting $COMPOSE_PROJECT_NAME with $WORKERS workers"
   if compose_v2; then
     compose up -d --no-build --remove-orphans --scale "worker=$WORKERS" >&2
@@ -184,7 +254,13 @@ up() {
     [ -z "$old" ] || docker rm -f $old >/dev/null
     scale_workers "$WORKERS"
   fi
+  reload_tenants
   wait_ready || { compose ps >&2; compose logs --tail 30 >&2; exit 1; }
+  if [ "${WANT_BOOK:-0}" = 1 ] && [ "${OWN_TENANTS:-0}" = 1 ]; then
+    book_ready || exit 1
+  else
+    log "no BOOK_MIRROR: the book and exam splits download the pinned chapters on first use (offline: they fail)"
+  fi
   echo "URL: http://127.0.0.1:$PORT"
   echo "API key: $(cat "$STATE/api-key")"
 }
@@ -233,6 +309,10 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   test) mkdir -p "$STATE" && run_tests ;;
+  reload-tenants)
+    load_images
+    export TENANTS_FILE=${TENANTS_FILE:-$PWD/$STATE/tenants.toml} BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+    reload_tenants ;;
   workers)  # workers N: a worker-only host; REDIS_URL names the Redis of the API host
     [ -n "${REDIS_URL:-}" ] || { log "set REDIS_URL=redis://:PASSWORD@API_HOST:6379/0"; exit 2; }
     engine
@@ -252,5 +332,5 @@ case "${1:-}" in
     [ "${STACK_TEST:-0}" = 1 ] && COMPOSE_FILES+=(-f "$TEST_OVERLAY")
     export TENANTS_FILE=$PWD/$STATE/tenants.toml BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
     scale_workers "$2" ;;
-  *) echo "usage: $0 engine|up|down|test|scale N|workers N" >&2; exit 2 ;;
+  *) echo "usage: $0 engine|up|down|test|scale N|workers N|reload-tenants" >&2; exit 2 ;;
 esac

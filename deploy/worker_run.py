@@ -14,6 +14,8 @@ dropped silently.
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 
 import yaml
@@ -32,6 +34,17 @@ def _volume(spec: str, project: str, named: set[str]) -> str:
     if source in named:  # a named volume of the project
         source = f"{project}_{source}"
     return f"{source}:{rest}"
+
+
+def duration_seconds(text: str) -> int:
+    """Compose's duration ("180s", "3m", "1m30s", "90") in whole seconds, rounded up."""
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)s)?", text)
+    if text.isdigit():
+        return int(text)
+    if not text or match is None:
+        raise SystemExit(f"worker_run.py: cannot read the duration {text!r}")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return math.ceil(hours * 3600 + minutes * 60 + seconds)
 
 
 def run_args(config: dict, project: str, number: int) -> list[str]:
@@ -78,6 +91,14 @@ def run_args(config: dict, project: str, number: int) -> list[str]:
             args += ["--cpuset-cpus", str(value)]
         elif key == "restart":
             args += ["--restart", str(value)]
+        elif key == "init":  # an init as pid 1 that reaps orphans (docker-compose.yml says why)
+            args += ["--init"] if value else []
+        elif key == "cpu_shares":  # the worker's CPU weight, below the API's
+            args += ["--cpu-shares", str(value)]
+        elif key == "stop_signal":
+            args += ["--stop-signal", str(value)]
+        elif key == "stop_grace_period":  # a warm stop's time to finish the job it holds
+            args += ["--stop-timeout", str(duration_seconds(str(value)))]
         else:
             raise SystemExit(f"worker_run.py: no translation for the worker option {key!r}")
     args.append(svc["image"])

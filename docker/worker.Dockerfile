@@ -35,6 +35,10 @@ COPY --from=install /opt/venv /opt/venv
 USER grader
 WORKDIR /home/grader
 ENV SCALING_GRADER_BOOK_CACHE=/home/grader/.cache/scaling-grader/book TMPDIR=/tmp
-HEALTHCHECK --interval=15s --timeout=5s --retries=3 \
-  CMD python -c "import os, redis; redis.Redis.from_url(os.environ['SCALING_GRADER_REDIS_URL']).ping()"
+# Unhealthy when sandbox starts keep failing or the tasks near the pid limit (the sandbox's health
+# file, app/sandbox/health.py), or Redis does not answer; one process with its own deadline. The
+# check runs at the worker's low CPU weight beside saturating sandboxes: with 5 s it timed out
+# on a loaded host (load average 50) and marked busy, working workers unhealthy.
+COPY docker/healthcheck.py /opt/healthcheck.py
+HEALTHCHECK --interval=30s --timeout=30s --retries=3 CMD ["python", "/opt/healthcheck.py", "worker"]
 CMD ["scaling-grader", "worker", "--queues", "impl,judge"]

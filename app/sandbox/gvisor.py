@@ -111,9 +111,55 @@ def _pidfds(pids: list[int]) -> list[int]:
     return fds
 
 
-def _kill_and_wait(pidfds: list[int]) -> int:
+def _reap(pidfds: list[int]) -> int:
+    """Collect the exit status of each exited process that is this process's child by now; how
+    many were. gVisor's gofer and sandbox are runsc's children; killed with runsc, they pass to
+    the nearest subreaper, which is this process when it is its container's init (or made
+    itself a subreaper), and would stay zombies there, each holding a pid of the container's
+    limit, until the worker dies. A process that is not our child (an init above us reaps it)
+    is left alone. runsc itself is not among them: its Popen reaps it (destroy)."""
+    reaped = 0
+    for fd in pidfds:
+        with contextlib.suppress(ChildProcessError, OSError):
+            if os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG) is not None:
+                reaped += 1
+    return reaped
+
+
+# runsc re-executes itself (/proc/self/exe) for its gofer, its sandbox and the sandbox's helpers:
+# their name is "exe", which no process the service starts itself ever bears.
+_RUNSC_REEXEC_NAME = "exe"
+
+
+def reap_orphans() -> int:
+    """Reap the zombies of runsc's processes that passed to this process without being held by
+    pidfd (helpers started after a sandbox's processes were listed, which outlived their own
+    parent); how many. Only zombies that are this process's children and bear runsc's name: a
+    process the service started itself is reaped by its own Popen, never here."""
+    me, reaped = os.getpid(), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                head, _, tail = f.read().rpartition(")")
+            state, ppid = tail.split()[:2]
+            name = head.partition("(")[2]
+        except (OSError, ValueError, IndexError):
+            continue
+        if state != "Z" or int(ppid) != me or name != _RUNSC_REEXEC_NAME:
+            continue
+        # A zombie child of ours keeps its pid until we reap it: the pid cannot have been reused.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(int(entry), os.WNOHANG)
+            reaped += 1
+    return reaped
+
+
+def _kill_and_wait(pidfds: list[int], reap: list[int] | None = None) -> int:
     """SIGKILL each process (by pidfd: a reused pid is never hit) and wait until all have
-    exited; how many had not exited in time."""
+    exited, then reap those of reap (a subset of pidfds) that are ours; how many had not
+    exited in time."""
     for fd in pidfds:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(fd, signal.SIGKILL)
@@ -122,6 +168,7 @@ def _kill_and_wait(pidfds: list[int]) -> int:
     while waiting and time.monotonic() < deadline:
         done, _, _ = select.select(waiting, [], [], deadline - time.monotonic())
         waiting = [fd for fd in waiting if fd not in done]
+    _reap([fd for fd in reap or [] if fd not in waiting])
     for fd in pidfds:
         os.close(fd)
     return len(waiting)
@@ -199,7 +246,8 @@ def spawn_gvisor(plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
         conn = _accept(listener, popen, sb.start_timeout_seconds)
     except BaseException:
         if popen is not None:
-            _kill_and_wait(_pidfds([*descendants(popen.pid), popen.pid]))
+            hosts = _pidfds(descendants(popen.pid))
+            _kill_and_wait([*hosts, *_pidfds([popen.pid])], reap=hosts)
             popen.wait()
             for pipe in (popen.stdin, popen.stdout, popen.stderr):
                 if pipe is not None:
@@ -218,9 +266,11 @@ def spawn_gvisor(plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
 
     def teardown() -> dict[str, Any]:
         """Runs first in destroy: every host process of the sandbox is gone when it returns."""
-        later = [*descendants(popen.pid), popen.pid]
-        left = _kill_and_wait(held + _pidfds(later))
-        return {"host_pids": sorted({*first, *later}), "host_processes_left": left}
+        later = descendants(popen.pid)
+        hosts = held + _pidfds(later)
+        left = _kill_and_wait([*hosts, *_pidfds([popen.pid])], reap=hosts)
+        reap_orphans()
+        return {"host_pids": sorted({*first, *later, popen.pid}), "host_processes_left": left}
 
     for f in (popen.stdout, popen.stderr):
         assert f is not None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from app.sandbox.cgroups import CgroupHost, close_shared_cgroup_host, shared_cgroup_host
 from app.sandbox.executor import CaseRun, case_request, run_in_child
 from app.sandbox.gvisor import spawn_gvisor
+from app.sandbox.health import record_start, use_health_file
 from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, destroy_all, spawn, wait_ready
 from app.sandbox.owners import remove_stale_dirs
 from app.sandbox.plan import Plan, build_plan
@@ -69,6 +70,8 @@ class Sandbox:
         self._forkservers = ForkServers(sb)
         # However many grades run at once, the host runs at most this many cases.
         self._slots = threading.BoundedSemaphore(sb.max_concurrent_cases)
+        if sb.health_file is not None:
+            use_health_file(sb.health_file)
 
     # ------------------------------------------------------------------ tier
 
@@ -168,12 +171,17 @@ class Sandbox:
     # ------------------------------------------------------------------ warm pool
 
     def _spawn_ready(self, profile: str) -> Child:
-        child = self._spawn(self.tier(), profile)
         try:
-            wait_ready(child, self.settings.start_timeout_seconds)
-        except BaseException:
-            destroy(child, self._uids)
+            child = self._spawn(self.tier(), profile)
+            try:
+                wait_ready(child, self.settings.start_timeout_seconds)
+            except BaseException:
+                destroy(child, self._uids)
+                raise
+        except (SandboxFault, OSError, RuntimeError) as exc:
+            record_start(False, str(exc))  # the worker's health (health.py) counts the streak
             raise
+        record_start(True)
         return child
 
     def _refill_loop(self) -> None:

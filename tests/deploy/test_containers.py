@@ -99,8 +99,11 @@ def test_compose_v1_worker_translation_keeps_every_hardening_option() -> None:
     from deploy.worker_run import run_args
 
     # as `docker-compose config` prints it: env_file already folded into environment
-    service = {k: v for k, v in COMPOSE["services"]["worker"].items() if k != "env_file"}
-    config = {"services": {"worker": {**service, "environment": {"A": "1"}}}, "volumes": COMPOSE["volumes"]}
+    from tests.deploy.compose_files import interpolated
+
+    compose = interpolated()  # as `docker-compose config` prints it: variables replaced
+    service = {k: v for k, v in compose["services"]["worker"].items() if k != "env_file"}
+    config = {"services": {"worker": {**service, "environment": {"A": "1"}}}, "volumes": compose["volumes"]}
     args = run_args(config, "proj", 3)
     pairs = set(itertools.pairwise(args))
     assert {("--cap-drop", "ALL"), ("--user", "0:0"), ("--pids-limit", "4096"), ("--memory", "8g"),
@@ -109,7 +112,7 @@ def test_compose_v1_worker_translation_keeps_every_hardening_option() -> None:
             ("--name", "proj_worker_3"), ("--network", "proj_default"), ("--env", "A=1"),
             ("--label", "com.docker.compose.service=worker")} <= pairs
     assert {cap for flag, cap in pairs if flag == "--cap-add"} == RUNSC_CAPS
-    assert "--read-only" in args and args[-1] == COMPOSE["services"]["worker"]["image"]
+    assert "--read-only" in args and args[-1] == service["image"]
     assert ("--volume", "proj_book-cache:/home/grader/.cache/scaling-grader") in pairs
     # a hardening option the translation does not know must stop the start, not vanish
     config["services"]["worker"]["devices"] = ["/dev/fuse"]

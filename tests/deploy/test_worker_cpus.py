@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import itertools
 
-import yaml
-
 from deploy.worker_run import run_args
-from tests.support.server import ROOT
+from tests.deploy.compose_files import interpolated
 
 
 def test_cpu_limits_are_translated() -> None:
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    compose = interpolated()  # as `docker-compose config` prints it: variables replaced
     service = {k: v for k, v in compose["services"]["worker"].items() if k != "env_file"}
     config = {"services": {"worker": {**service, "cpus": 4.0, "cpuset": "0-3"}}, "volumes": compose["volumes"]}
     pairs = set(itertools.pairwise(run_args(config, "proj", 1)))

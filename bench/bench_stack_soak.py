@@ -1,0 +1,625 @@
+"""Soak of the container stack (docker-compose.yml, two gVisor workers) as an operator runs it:
+mixed load for a set time with a fault every few minutes, and what piles up measured start vs end.
+
+    make bench-stack-soak                      # 60 minutes (STACK_SOAK_SECONDS overrides)
+    python -m bench stack_soak                 # the same
+    python -m bench --smoke stack_soak         # 3 minutes
+    STACK_SOAK_SECONDS=900 python -m bench stack_soak
+
+Needs Docker (deploy/stack.sh engine) and runs only when named. It starts its own stack
+(STACK_SOAK_NAME, default sg-soak, on port STACK_SOAK_PORT, default 18500; images from
+deploy/images.sh, API_IMAGE and WORKER_IMAGE honoured) on a compose network with a fixed subnet,
+and the loopback judge (tests/fake_openai.py) on the host, bound to that network's gateway only.
+BOOK_MIRROR (or SCALING_GRADER_BOOK_MIRROR) adds the book's judge items. KEEP_STACK=1 leaves the
+stack up afterwards.
+
+Load: numeric grades (inline references) at a steady rate with bursts; impl jobs kept above
+what the workers grade (a backlog in the queue): honest completions (right, wrong, half-right),
+hostile ones (a CPU spin to the time limit, a fork bomb, a memory hog, a flood of output), and
+the same completions again and again; judge items against the loopback judge. Faults in turn: a
+worker killed, Redis restarted, a worker cut from the network for 20 s, workers scaled 2->3->2.
+
+Printed, start vs end: zombies, open fds and RSS per container, dying memory cgroups on the host,
+Redis memory and commands per job; jobs sent, answered, lost, rewritten (a result that changed
+after the client read it), rewards that differ for the same completion, unscored impl jobs;
+numeric p50/p99 on the quiet stack and under the load, and the impl backlog. Targets: 0 lost,
+0 rewritten, 0 inconsistent, zombies and dying cgroups flat, RSS <= 1.1x."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from app.tasks.impl import reference
+from bench.timing import percentile
+from tests.support.server import ROOT
+
+STACK = ROOT / "deploy" / "stack.sh"
+SUBNET_PREFIX = "10.231.77"  # the soak's own compose network; the host is its gateway (.1)
+EXERCISE = "critical_batch_size"
+
+RIGHT_SOURCE = inspect.getsource(getattr(reference, EXERCISE))
+HONEST = {
+    "right": RIGHT_SOURCE,
+    # forgets the bytes per weight
+    "wrong": "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+             "    import math\n    return math.ceil(peak_flops / hbm_bandwidth)\n",
+    # right only for 2-byte weights: some hidden cases pass, some fail
+    "half_right": RIGHT_SOURCE.replace("peak_flops * bytes_per_weight", "peak_flops * 2"),
+}
+HOSTILE = {
+    "cpu_spin": "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+                "    while True:\n        pass\n",
+    "fork_bomb": "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+                 "    import os\n    while True:\n        try:\n            os.fork()\n"
+                 "        except OSError:\n            pass\n",
+    "memory_hog": "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+                  "    blocks = []\n    while True:\n        blocks.append(bytearray(16 << 20))\n",
+    "output_flood": "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+                    "    while True:\n        print('x' * 65536)\n",
+    "read_system_files": "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+                         "    import os\n    n = 0\n    for root, _, files in os.walk('/usr/lib'):\n"
+                         "        for name in files:\n            try:\n"
+                         "                with open(os.path.join(root, name), 'rb') as f:\n"
+                         "                    n += len(f.read())\n            except OSError:\n"
+                         "                pass\n    return n\n",
+}
+
+
+def completion(source: str) -> str:
+    return f"My implementation:\n\n```python\n{source.strip()}\n```\n"
+
+
+def sh(*args: str, check: bool = True, timeout: float = 600, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:4])} failed: {done.stderr.strip()[-1500:]}")
+    return done.stdout.strip()
+
+
+# ---------------------------------------------------------------------------- the stack
+
+
+@dataclass
+class SoakStack:
+    project: str
+    port: int
+    env: dict[str, str]
+    judge_url: str = ""
+    api_key: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def network(self) -> str:
+        return f"{self.project}_default"
+
+    def stack(self, *args: str, timeout: float = 1800) -> str:
+        return sh(str(STACK), *args, env=self.env, timeout=timeout)
+
+    def containers(self, service: str | None = None) -> dict[str, str]:
+        """Running containers of the project: id -> name."""
+        args = ["docker", "ps", "--no-trunc", "--filter", f"label=com.docker.compose.project={self.project}",
+                "--format", "{{.ID}} {{.Names}}"]
+        if service:
+            args[5:5] = ["--filter", f"label=com.docker.compose.service={service}"]
+        out = sh(*args)
+        return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
+
+    def redis(self, *args: str) -> str:
+        redis = next(iter(self.containers("redis")), None)
+        if redis is None:
+            return ""
+        return sh("docker", "exec", redis, "redis-cli", *args, check=False, timeout=30)
+
+
+def start_stack(smoke: bool) -> tuple[SoakStack, subprocess.Popen[str]]:
+    project = os.environ.get("STACK_SOAK_NAME", "sg-soak")
+    port = int(os.environ.get("STACK_SOAK_PORT", "18500"))
+    build = ROOT / ".build" / "stack-soak"
+    build.mkdir(parents=True, exist_ok=True)
+    overlay = build / "compose.soak.yml"
+    # A fixed subnet: the judge's address (the network's gateway, this host) is known before the
+    # stack starts, so it can be on the allow-list the containers start with.
+    overlay.write_text(f"networks:\n  default:\n    ipam:\n      config:\n        - subnet: {SUBNET_PREFIX}.0/24\n")
+    judge_port = port + 1
+    env = {
+        "STACK_NAME": project, "PORT": str(port), "WORKERS": "2",
+        "EXTRA_COMPOSE": " ".join(filter(None, [os.environ.get("EXTRA_COMPOSE", ""), str(overlay)])),
+        "JUDGE_ALLOWED_BASE_URLS": json.dumps([f"http://{SUBNET_PREFIX}.1:{judge_port}/v1"]),
+        "TENANT_RATE": "2000", "TENANT_BURST": "4000", "TENANT_MAX_IN_FLIGHT": "4096",
+    }
+    mirror = os.environ.get("BOOK_MIRROR") or os.environ.get("SCALING_GRADER_BOOK_MIRROR")
+    if mirror:
+        env["BOOK_MIRROR"] = mirror
+    soak = SoakStack(project, port, env, judge_url=f"http://{SUBNET_PREFIX}.1:{judge_port}/v1")
+    with contextlib.suppress(RuntimeError):
+        soak.stack("down", timeout=300)  # a stack left by an earlier run starts from its state
+    started = time.monotonic()
+    soak.stack("up")
+    print(f"stack {project} up in {time.monotonic() - started:.0f} s (2 workers)")
+    soak.api_key = (ROOT / ".build" / "stack" / "api-key").read_text().strip()
+    judge = subprocess.Popen(
+        [sys.executable, "-c", _JUDGE, f"{SUBNET_PREFIX}.1", str(judge_port)],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert judge.stdout is not None
+    judge.stdout.readline()  # its base URL: it is listening
+    return soak, judge
+
+
+# The loopback judge on the network's gateway address only (never 0.0.0.0).
+_JUDGE = """
+import sys
+from http.server import ThreadingHTTPServer
+import tests.fake_openai as fake
+
+host, port = sys.argv[1], int(sys.argv[2])
+class OnGateway(ThreadingHTTPServer):
+    def __init__(self, _address, handler):
+        super().__init__((host, port), handler)
+fake.ThreadingHTTPServer = OnGateway
+sys.argv = sys.argv[:1]
+fake.main()
+"""
+
+
+# ---------------------------------------------------------------------------- what piles up
+
+
+# gVisor's host processes (runsc, and runsc re-executed as its gofer, sandbox and helpers) and the
+# container's init: counted apart from the service's own processes, which must not grow.
+_NOT_SERVICE = {"runsc", "exe", "docker-init", "tini"}
+
+
+def _proc_facts(pids: list[int]) -> dict[str, int]:
+    """Zombies of all these host processes; open fds and RSS of the service's own among them."""
+    facts = {"processes": len(pids), "zombies": 0, "fds": 0, "rss": 0}
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if "\nState:\tZ" in status:
+            facts["zombies"] += 1
+            continue
+        if name in _NOT_SERVICE:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                facts["rss"] += int(line.split()[1]) * 1024
+        with contextlib.suppress(OSError):
+            facts["fds"] += len(os.listdir(f"/proc/{pid}/fd"))
+    return facts
+
+
+def container_facts(soak: SoakStack) -> dict[str, dict[str, int]]:
+    facts = {}
+    for cid, name in soak.containers().items():
+        try:
+            top = sh("docker", "top", cid, "-eo", "pid", check=True, timeout=30)
+        except (RuntimeError, subprocess.TimeoutExpired):
+            continue
+        facts[name] = _proc_facts([int(line) for line in top.splitlines()[1:] if line.strip().isdigit()])
+    return facts
+
+
+def dying_memory_cgroups() -> int | None:
+    """The host's memory cgroups the kernel still holds less the live ones (v1), or v2's count."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        stat = Path("/sys/fs/cgroup/cgroup.stat")
+        if stat.exists():
+            return int(dict(line.split() for line in stat.read_text().splitlines())["nr_dying_descendants"])
+        kernel = next(int(line.split()[2]) for line in Path("/proc/cgroups").read_text().splitlines()
+                      if line.startswith("memory\t"))
+        return kernel - sum(1 for _ in Path("/sys/fs/cgroup/memory").rglob("cgroup.procs"))
+    return None
+
+
+def redis_facts(soak: SoakStack) -> dict[str, int]:
+    facts: dict[str, int] = {}
+    for section in ("memory", "stats"):
+        for line in soak.redis("info", section).splitlines():
+            key, _, value = line.strip().partition(":")
+            if key in ("used_memory", "total_commands_processed"):
+                facts[key] = int(value)
+    return facts
+
+
+def snapshot(soak: SoakStack) -> dict:
+    return {"containers": container_facts(soak), "dying_memory_cgroups": dying_memory_cgroups(),
+            "redis": redis_facts(soak), "at": time.monotonic(), "load": os.getloadavg()[0]}
+
+
+# ---------------------------------------------------------------------------- load
+
+
+@dataclass
+class Ledger:
+    """Everything sent and what came back."""
+
+    numeric: list[tuple[float, float, int]] = field(default_factory=list)  # (sent at, seconds, status)
+    jobs: dict[str, tuple[str, str]] = field(default_factory=dict)  # job id -> (kind, completion label)
+    first_result: dict[str, dict] = field(default_factory=dict)
+    answered_at: dict[str, float] = field(default_factory=dict)
+    submit_errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    backlog: list[tuple[float, int]] = field(default_factory=list)
+    first_fault_at: float = float("inf")
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def outstanding(self) -> int:
+        with self.lock:
+            return len(self.jobs) - len(self.first_result)
+
+
+def _numeric_once(client: httpx.Client, ledger: Ledger, rng: random.Random) -> None:
+    value = rng.uniform(1, 1000)
+    body = {"reference": {"values": [f"{value:.6g} GB"]}, "completion": f"So it is:\nFinal answer: {value:.6g} GB"}
+    sent = time.monotonic()
+    try:
+        status = client.post("/v1/grade", json=body).status_code
+    except httpx.HTTPError:
+        status = 0
+    with ledger.lock:
+        ledger.numeric.append((sent, time.monotonic() - sent, status))
+
+
+def numeric_load(soak: SoakStack, ledger: Ledger, stop: threading.Event, rate: float, burst_every: float) -> None:
+    """rate grades/s, and every burst_every seconds a burst of 10x for two seconds."""
+    rng = random.Random(1)
+    with httpx.Client(base_url=soak.url, headers={"Authorization": f"Bearer {soak.api_key}"}, timeout=60) as client:
+        start = time.monotonic()
+        while not stop.is_set():
+            now = time.monotonic()
+            bursting = (now - start) % burst_every < 2.0
+            _numeric_once(client, ledger, rng)
+            pause = 1.0 / (rate * (10 if bursting else 1)) - (time.monotonic() - now)
+            if pause > 0:
+                stop.wait(pause)
+
+
+def measure_numeric(soak: SoakStack, seconds: float, rate: float) -> list[float]:
+    """Latencies of numeric grades at rate for seconds, on whatever the stack is doing now."""
+    ledger, stop = Ledger(), threading.Event()
+    threads = [threading.Thread(target=numeric_load, args=(soak, ledger, stop, rate / 2, 1e9)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return [s for _, s, status in ledger.numeric if status == 200]
+
+
+def impl_load(soak: SoakStack, ledger: Ledger, stop: threading.Event, backlog: int, judge_items: list) -> None:
+    """Keeps about backlog impl jobs outstanding: honest and hostile ones, the same texts again."""
+    rng = random.Random(2)
+    labels = [("honest", k) for k in HONEST] * 2 + [("hostile", k) for k in HOSTILE]
+    headers = {"Authorization": f"Bearer {soak.api_key}"}
+    n = 0
+    with httpx.Client(base_url=soak.url, headers=headers, timeout=60) as client:
+        while not stop.is_set():
+            if ledger.outstanding() >= backlog:
+                stop.wait(0.5)
+                continue
+            n += 1
+            if judge_items and n % 5 == 0:
+                task, right = rng.choice(judge_items), rng.random() < 0.5
+                label = f"judge:{task.id}:{'right' if right else 'wrong'}"
+                body = {"task_id": task.id, "completion": task.gold if right else "No idea.",
+                        "judge": {"model": "judge-match", "base_url": soak.judge_url},
+                        "wait": 0, "request_id": f"soak-{n}-{rng.getrandbits(32):x}"}
+                kind = "judge"
+            else:
+                kind, name = rng.choice(labels)
+                source = HONEST.get(name) or HOSTILE[name]
+                label = name
+                body = {"task_id": f"impl/{EXERCISE}", "completion": completion(source), "wait": 0,
+                        "request_id": f"soak-{n}-{rng.getrandbits(32):x}"}
+            try:
+                r = client.post("/v1/grade", json=body)
+            except httpx.HTTPError as exc:
+                with ledger.lock:
+                    ledger.submit_errors[type(exc).__name__] += 1
+                stop.wait(1)
+                continue
+            if r.status_code == 202:
+                with ledger.lock:
+                    ledger.jobs[r.json()["job_id"]] = (kind, label)
+            elif r.status_code == 200:  # answered at once (a cached judge verdict, say)
+                job_id = f"inline-{n}"
+                with ledger.lock:
+                    ledger.jobs[job_id] = (kind, label)
+                    ledger.first_result[job_id] = r.json()
+            else:
+                with ledger.lock:
+                    ledger.submit_errors[str(r.status_code)] += 1
+                stop.wait(1)
+
+
+def poll_results(soak: SoakStack, ledger: Ledger, stop: threading.Event) -> None:
+    headers = {"Authorization": f"Bearer {soak.api_key}"}
+    with httpx.Client(base_url=soak.url, headers=headers, timeout=30) as client:
+        while not stop.is_set():
+            with ledger.lock:
+                waiting = [j for j in ledger.jobs if j not in ledger.first_result]
+            for job_id in waiting:
+                try:
+                    r = client.get(f"/v1/jobs/{job_id}", params={"wait": 0})
+                except httpx.HTTPError:
+                    break
+                if r.status_code != 200:
+                    continue
+                body = r.json()
+                if body.get("status") in ("finished", "failed"):
+                    with ledger.lock:
+                        ledger.first_result[job_id] = body
+                        ledger.answered_at[job_id] = time.monotonic()
+            # Each look is a few Redis commands: every 5 s, as a patient client would, so that the
+            # commands per job are mostly the deployment's own.
+            stop.wait(5.0)
+
+
+def sample_backlog(soak: SoakStack, ledger: Ledger, stop: threading.Event) -> None:
+    while not stop.is_set():
+        text = soak.redis("llen", "rq:queue:impl")
+        if text.isdigit():
+            with ledger.lock:
+                ledger.backlog.append((time.monotonic(), int(text)))
+        stop.wait(5)
+
+
+# ---------------------------------------------------------------------------- faults
+
+
+def _a_worker(soak: SoakStack, rng: random.Random) -> tuple[str, str] | None:
+    workers = sorted(soak.containers("worker").items())
+    return rng.choice(workers) if workers else None
+
+
+def fault_kill_worker(soak: SoakStack, rng: random.Random) -> str:
+    worker = _a_worker(soak, rng)
+    if worker is None:
+        return "kill a worker: none running"
+    sh("docker", "kill", worker[0])
+    time.sleep(5)
+    sh("docker", "start", worker[0], check=False)  # if its restart policy did not already
+    return f"killed {worker[1]} (SIGKILL), started again"
+
+
+def fault_restart_redis(soak: SoakStack, rng: random.Random) -> str:
+    redis = next(iter(soak.containers("redis").items()))
+    sh("docker", "restart", "-t", "2", redis[0])
+    return f"restarted {redis[1]}"
+
+
+def fault_network_cut(soak: SoakStack, rng: random.Random) -> str:
+    worker = _a_worker(soak, rng)
+    if worker is None:
+        return "network cut: no worker running"
+    sh("docker", "network", "disconnect", soak.network, worker[0])
+    time.sleep(20)
+    sh("docker", "network", "connect", "--alias", "worker", soak.network, worker[0])
+    return f"cut {worker[1]} from the network for 20 s"
+
+
+def fault_scale(soak: SoakStack, rng: random.Random) -> str:
+    soak.stack("scale", "3", timeout=900)
+    time.sleep(30)
+    soak.stack("scale", "2", timeout=1200)  # a graceful stop of the third
+    return "scaled the workers 2 -> 3 -> 2"
+
+
+FAULTS = [fault_kill_worker, fault_restart_redis, fault_network_cut, fault_scale]
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def _pcts(values: list[float]) -> str:
+    if not values:
+        return "no answers"
+    return f"p50 {percentile(values, 0.5) * 1000:.1f} ms, p99 {percentile(values, 0.99) * 1000:.1f} ms ({len(values)})"
+
+
+def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet: list[float],
+           faults: list[str], seconds: float) -> None:
+    print(f"\nsoak: {seconds / 60:.1f} min of load, {len(faults)} faults:")
+    for line in faults:
+        print(f"  - {line}")
+    print(f"host load average (1 min), start -> end: {start['load']:.1f} -> {end['load']:.1f} "
+          "(the machine is shared: other work on it counts in every latency below)")
+    print("\nper container (start -> end): processes (gVisor's included), zombies, and the service's own "
+          "open fds and RSS (gVisor's processes come and go with the cases)")
+    for name in sorted(set(start["containers"]) | set(end["containers"])):
+        a, b = start["containers"].get(name), end["containers"].get(name)
+        if a is None or b is None:
+            print(f"  {name}: {'started' if a is None else 'gone'} during the soak")
+            continue
+        ratio = b["rss"] / a["rss"] if a["rss"] else float("nan")
+        print(f"  {name}: {a['processes']} -> {b['processes']} processes, zombies {a['zombies']} -> {b['zombies']}, "
+              f"fds {a['fds']} -> {b['fds']}, RSS {_mib(a['rss'])} -> {_mib(b['rss'])} ({ratio:.2f}x)")
+    print(f"dying memory cgroups on the host: {start['dying_memory_cgroups']} -> {end['dying_memory_cgroups']}")
+    answered = [j for j in ledger.jobs if j in ledger.first_result]
+    lost = [j for j in ledger.jobs if j not in final and j not in ledger.first_result]
+    rs, re_ = start["redis"], end.get("redis_before_faults") or end["redis"]
+    if rs and re_:
+        # From the start to the first fault (a Redis restart resets its counters).
+        until = end.get("first_fault_at", end["at"])
+        commands = re_.get("total_commands_processed", 0) - rs.get("total_commands_processed", 0)
+        numerics = sum(1 for n in ledger.numeric if start["at"] <= n[0] < until)
+        numeric_cost = start.get("commands_per_numeric", 0.0) * numerics
+        queued = sum(1 for j in answered if start["at"] <= ledger.answered_at.get(j, 0) < until)
+        memory = f"{_mib(rs.get('used_memory', 0))} -> {_mib(end['redis'].get('used_memory', 0))}"
+        print(f"redis: memory {memory} (start -> end)")
+        if queued:
+            print(f"redis, from the start to the first fault: {commands} commands, of them about {numeric_cost:.0f} "
+                  f"for {numerics} numeric grades ({start.get('commands_per_numeric', 0.0):.1f} each, measured on "
+                  f"the quiet stack: rate limits); about {(commands - numeric_cost) / queued:.0f} per queued job "
+                  f"answered in that time ({queued})")
+    rewritten = [j for j, body in final.items()
+                 if j in ledger.first_result and _verdict(body) != _verdict(ledger.first_result[j])]
+    by_completion: dict[str, set] = defaultdict(set)
+    unscored: dict[str, int] = defaultdict(int)
+    for job_id, body in {**ledger.first_result}.items():
+        kind, label = ledger.jobs[job_id]
+        status, reward, outcome = _verdict(body)
+        if reward is None or status == "failed":
+            unscored[f"{label} ({outcome or status})"] += 1
+            continue
+        by_completion[label].add(reward)
+    inconsistent = {label: sorted(v) for label, v in by_completion.items() if len(v) > 1}
+    kinds: dict[str, int] = defaultdict(int)
+    for kind, _ in ledger.jobs.values():
+        kinds[kind] += 1
+    print(f"jobs: sent {len(ledger.jobs)} ({dict(kinds)}), answered {len(answered)}, lost {len(lost)}, "
+          f"rewritten after the client read them {len(rewritten)}")
+    print(f"rewards that differ for the same completion: {len(inconsistent)} {inconsistent or ''}")
+    impl_rewards = {k: sorted(v) for k, v in sorted(by_completion.items()) if not k.startswith("judge")}
+    print(f"rewards per impl completion: {impl_rewards}")
+    print(f"unscored (no reward): {sum(unscored.values())} {dict(unscored) or ''}")
+    if ledger.submit_errors:
+        print(f"submissions refused or failed: {dict(ledger.submit_errors)}")
+    saturated = [t for at, t, status in ledger.numeric if status == 200 and at < ledger.first_fault_at]
+    faulted = [t for at, t, status in ledger.numeric if status == 200 and at >= ledger.first_fault_at]
+    errors = sum(1 for _, _, status in ledger.numeric if status != 200)
+    print(f"numeric, quiet stack (no impl load): {_pcts(quiet)}")
+    print(f"numeric, workers saturated, before the first fault: {_pcts(saturated)}")
+    print(f"numeric, saturated, from the first fault on: {_pcts(faulted)}; not 200 (whole run): {errors}")
+    if quiet and saturated:
+        print(f"numeric p99 saturated / quiet: {percentile(saturated, 0.99) / percentile(quiet, 0.99):.1f}x")
+    if ledger.backlog:
+        depths = [d for _, d in ledger.backlog]
+        print(f"impl backlog (jobs waiting in the queue): mean {sum(depths) / len(depths):.1f}, max {max(depths)}, "
+              f"end {depths[-1]}")
+
+
+def _verdict(body: dict) -> tuple:
+    """(status, reward, outcome) of a job's body, or of an answer given at once."""
+    result = body.get("result") if "job_id" in body else body
+    result = result or {}
+    return body.get("status", "finished"), result.get("reward"), result.get("outcome")
+
+
+def final_results(soak: SoakStack, ledger: Ledger, wait_seconds: float) -> dict[str, dict]:
+    """Every job's result as it stands after the load (waiting up to wait_seconds for the rest)."""
+    headers = {"Authorization": f"Bearer {soak.api_key}"}
+    final: dict[str, dict] = {}
+    deadline = time.monotonic() + wait_seconds
+    with httpx.Client(base_url=soak.url, headers=headers, timeout=30) as client:
+        while time.monotonic() < deadline:
+            for job_id in list(ledger.jobs):
+                if job_id.startswith("inline-"):
+                    final[job_id] = ledger.first_result[job_id]
+                    continue
+                with contextlib.suppress(httpx.HTTPError):
+                    r = client.get(f"/v1/jobs/{job_id}", params={"wait": 0})
+                    if r.status_code == 200 and r.json().get("status") in ("finished", "failed"):
+                        final[job_id] = r.json()
+                        with ledger.lock:
+                            if job_id not in ledger.first_result:
+                                ledger.first_result[job_id] = r.json()
+                                ledger.answered_at[job_id] = time.monotonic()
+            if len(final) == len(ledger.jobs):
+                break
+            time.sleep(3)
+    return final
+
+
+def judge_items() -> list:
+    if not (os.environ.get("BOOK_MIRROR") or os.environ.get("SCALING_GRADER_BOOK_MIRROR")):
+        return []
+    from app.settings import Settings
+    from app.tasks.book.bank import load_bank
+
+    mirror = os.environ.get("BOOK_MIRROR") or os.environ["SCALING_GRADER_BOOK_MIRROR"]
+    bank = load_bank(Settings(book_mirror=Path(mirror)))
+    return [t for t in bank.tasks() if t.grading == "judge"][:8]
+
+
+def main(smoke: bool) -> None:
+    seconds = 180.0 if smoke else float(os.environ.get("STACK_SOAK_SECONDS", 3600))
+    # Every 5 minutes, or often enough that a short run sees each of the four faults.
+    fault_every = 30.0 if smoke else float(os.environ.get("STACK_SOAK_FAULT_EVERY", min(300.0, seconds / 5)))
+    quiet_seconds = 15.0 if smoke else 60.0
+    warmup = 20.0 if smoke else 120.0
+    rate = float(os.environ.get("STACK_SOAK_NUMERIC_RATE", 20))
+    soak, judge = start_stack(smoke)
+    try:
+        items = judge_items()
+        print(f"judge items: {len(items)} book items against the loopback judge" if items
+              else "judge items: none (no BOOK_MIRROR)")
+        time.sleep(10)  # warm pools fill
+        before = redis_facts(soak).get("total_commands_processed", 0)
+        quiet = measure_numeric(soak, quiet_seconds, rate)
+        after = redis_facts(soak).get("total_commands_processed", 0)
+        per_numeric = (after - before) / max(1, len(quiet))
+        ledger, stop = Ledger(), threading.Event()
+        threads = [
+            threading.Thread(target=numeric_load, args=(soak, ledger, stop, rate, 30.0), daemon=True),
+            threading.Thread(target=impl_load, args=(soak, ledger, stop, 24, items), daemon=True),
+            threading.Thread(target=poll_results, args=(soak, ledger, stop), daemon=True),
+            threading.Thread(target=sample_backlog, args=(soak, ledger, stop), daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        # The start of the comparison: after a warm-up under the load (pools full, queues busy).
+        time.sleep(warmup)
+        start = snapshot(soak)
+        start["commands_per_numeric"] = per_numeric
+        began, faults, rng, n = time.monotonic(), [], random.Random(3), 0
+        redis_before_faults: dict[str, int] = {}
+        while time.monotonic() - began < seconds:
+            time.sleep(min(fault_every, max(0.0, seconds - (time.monotonic() - began))))
+            if time.monotonic() - began >= seconds - 10:
+                break
+            fault = FAULTS[n % len(FAULTS)]
+            n += 1
+            if n == 1:
+                ledger.first_fault_at = time.monotonic()
+                redis_before_faults = redis_facts(soak)
+            at = time.monotonic() - began
+            try:
+                faults.append(f"{at / 60:.1f} min: {fault(soak, rng)}")
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                faults.append(f"{at / 60:.1f} min: {fault.__name__} failed: {str(exc)[:200]}")
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+        loaded_seconds = time.monotonic() - began
+        final = final_results(soak, ledger, 300.0)
+        time.sleep(5)
+        end = snapshot(soak)
+        end["redis_before_faults"] = redis_before_faults
+        end["first_fault_at"] = ledger.first_fault_at
+        report(start, end, ledger, final, quiet, faults, loaded_seconds)
+    finally:
+        judge.kill()
+        judge.wait()
+        if os.environ.get("KEEP_STACK") != "1":
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                soak.stack("down", timeout=600)
+
+
+if __name__ == "__main__":
+    main(smoke="--smoke" in sys.argv)
