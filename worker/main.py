@@ -28,6 +28,7 @@ from app.jobs import keys, leases, presence, worker_health
 from app.jobs.leases import Lease, new_token
 from app.jobs.worker_registry import record_sandbox_tier
 from app.redis_link import sync_connection
+from app.sandbox import health as sandbox_health
 from app.sandbox.pool import shutdown_all
 from app.sandbox.stop import plain_tier_error, remove_stale_leftovers
 from app.settings import Settings
@@ -108,7 +109,7 @@ class GradingWorker(SimpleWorker):
         if self.presence is not None and clock - self._last_presence >= self.presence_ttl / 3:
             self._last_presence = clock
             record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
-                                                          **worker_health.fields()})
+                                                          **worker_health.fields(sandbox_health.pid_usage())})
             presence.publish(pipeline if pipeline is not None else self.connection, self.name, record,
                              self.presence_ttl)
 

@@ -6,7 +6,6 @@ record, so a worker that can only fail is not counted as one that can grade."""
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 _lock = threading.Lock()
@@ -19,34 +18,8 @@ def note_impl_outcome(outcome: str) -> None:
         _fault_streak = _fault_streak + 1 if outcome == "sandbox_error" else 0
 
 
-def _own_cgroup() -> Path | None:
-    """The unified (v2) control group of this process, as mounted in its namespace."""
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                return Path("/sys/fs/cgroup") / line[3:].lstrip("/")
-    except OSError:
-        pass
-    return None
-
-
-def pid_usage() -> tuple[int, int] | None:
-    """(pids in use, the limit) of the nearest control group that sets one; None without one."""
-    group = _own_cgroup()
-    while group is not None and group != Path("/sys/fs/cgroup").parent:
-        try:
-            limit = (group / "pids.max").read_text().strip()
-            if limit != "max":
-                return int((group / "pids.current").read_text()), int(limit)
-        except (OSError, ValueError):
-            pass
-        if group == Path("/sys/fs/cgroup"):
-            break
-        group = group.parent
-    return None
-
-
-def fields() -> dict[str, Any]:
-    usage = pid_usage()
+def fields(pids: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The heartbeat's health fields; ``pids`` is (tasks in use, limit) of the worker's tightest
+    pid limit, as the sandbox reads it (app.sandbox.health.pid_usage), or None without one."""
     return {"sandbox_fault_streak": _fault_streak,
-            "pids": list(usage) if usage is not None else None}
+            "pids": list(pids) if pids is not None else None}
