@@ -120,6 +120,7 @@ key_sha256 = ["$digest"]
 rate_per_second = ${TENANT_RATE:-200}
 burst = ${TENANT_BURST:-400}
 max_in_flight = ${TENANT_MAX_IN_FLIGHT:-512}
+operator = true  # the local stack's one user: it also reads /metrics and the workers
 judge_base_urls = $judge_urls
 TOML
   if [ "${STACK_TEST:-0}" = 1 ]; then

@@ -26,6 +26,7 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
             pipe.expire(keys.attempts(job.id), settings.queue.result_ttl)
             pipe.set(keys.result(job.id), result.model_dump_json(), ex=settings.queue.result_ttl)
             pipe.zrem(keys.in_flight(payload.get("tenant", "")), job.id)
-            count_grade(pipe, result.split or "inline", result.grading, result.outcome.value)
+            count_grade(pipe, result.split or "inline", result.grading, result.outcome.value,
+                        tenant=payload.get("tenant") or None)
             pipe.execute()
     return result.model_dump(mode="json")

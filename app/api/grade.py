@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from app.api.auth import tenant_of
+from app.api.auth import charge_grades, tenant_of
 from app.api.deps import grading_of, settings_of
 from app.api.plain import NamedRoute, OperationDocs, parse_body
 from app.errors import ApiError, JobPending
@@ -44,6 +44,7 @@ async def grade_batch(request: Request) -> Response:
     limit = settings_of(request).limits.max_grades_per_batch
     if len(batch.items) > limit:
         raise ApiError(422, "invalid_request", f"at most {limit} items per batch")
+    await charge_grades(request, len(batch.items))
     results = await grading_of(request).grade_many(batch.items, tenant_of(request))
     parts = [pending_json(r) if isinstance(r, JobPending) else r.model_dump_json() for r in results]
     return _json('{"results":[' + ",".join(parts) + "]}")

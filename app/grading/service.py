@@ -5,11 +5,10 @@ the reward adapters all come through here, so every entry point grades the same 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
-
-import anyio
 
 from app.errors import ApiError, JobPending, QueueUnavailable
 from app.graders import dispatch
@@ -17,8 +16,9 @@ from app.graders.judge import JudgeUnavailable, normalise_base_url, require_judg
 from app.graders.options import JudgeSpec
 from app.graders.result import GradeResult, Outcome, shown_result
 from app.grading.models import GradeRequest, completion_text, lacks_answer_message
+from app.grading.offload import off_loop
 from app.grading.references import task_from_reference
-from app.jobs.base import JobBackend, JobView, QueuedGrading, body_digest
+from app.jobs.base import ClaimResult, JobBackend, JobView, QueuedGrading, body_digest
 from app.jobs.embedded import EmbeddedJobs
 from app.observability import record_grade
 from app.settings import Settings
@@ -28,6 +28,14 @@ from app.tenants import LOCAL_TENANT, Tenant
 
 # Inline items of a batch graded per trip to a worker thread.
 INLINE_CHUNK = 64
+# A numeric completion up to this long is graded on the event loop (a worker-thread hop costs
+# more than grading it); anything longer, and every rows answer, is graded on a worker thread.
+ON_LOOP_CHARS = 4096
+
+_TASK_ID = re.compile(r"[A-Za-z0-9_.:/-]{1,200}")
+
+# A batch item ready to grade: (position in the batch, task, completion text, request).
+_Item = tuple[int, Task, str, GradeRequest]
 
 
 def job_payload(request: GradeRequest, tenant: str) -> dict[str, Any]:
@@ -94,7 +102,7 @@ class GradingService:
         except JudgeUnavailable as exc:
             raise ApiError(422, "judge_unavailable", str(exc)[:300]) from None
 
-    def grade_now(self, task: Task, text: str, request: GradeRequest) -> GradeResult:
+    def grade_now(self, task: Task, text: str, request: GradeRequest, tenant: str | None = None) -> GradeResult:
         start = time.perf_counter()
         if lacks_answer_message(request.completion):
             # A transcript without the policy's turn: the rollout produced no answer, a scored 0
@@ -104,7 +112,7 @@ class GradingService:
                                  explanation="the transcript has no assistant message to grade")
         else:
             result = dispatch.grade(task, text, request.options(), self.settings)
-        record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start)
+        record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start, tenant)
         return result
 
     def shown(self, result: GradeResult, tenant: Tenant) -> GradeResult:
@@ -115,7 +123,7 @@ class GradingService:
         """Grade a job payload (see ``job_payload``) in a worker process."""
         request = GradeRequest.model_validate(payload["request"])
         task, text = self.prepare(request)
-        return self.grade_now(task, text, request)
+        return self.grade_now(task, text, request, payload.get("tenant"))
 
     async def job(self, tenant: Tenant, job_id: str, wait: float) -> JobView | None:
         """A queued grading as its tenant sees it, after waiting at most the service's longest wait."""
@@ -136,26 +144,39 @@ class GradingService:
         return await self._grade_prepared(request, task, text, tenant)
 
     async def _grade_prepared(self, request: GradeRequest, task: Task, text: str, tenant: Tenant) -> GradeResult:
+        claim = await self._claim(request, task, tenant)
+        if claim is None:
+            return await self.grade_off_loop(task, text, request, tenant.name)
+        return await self._finish(request, task, text, tenant, claim, cap=tenant.max_in_flight)
+
+    async def _claim(self, request: GradeRequest, task: Task, tenant: Tenant) -> ClaimResult | None:
+        """The job id of an item that goes through the job store; None for an inline item to be
+        graded straight away (no idempotency key, or no reachable store)."""
         inline = task.grading in INLINE_KINDS
         if inline and request.request_id is None:
-            return self.grade_now(task, text, request)
+            return None
         digest = body_digest(request.model_dump_json(exclude={"request_id", "wait"}))
         try:
-            claim = await self.jobs.claim(tenant.name, request.request_id, digest)
+            return await self.jobs.claim(tenant.name, request.request_id, digest)
         except QueueUnavailable:
             if not inline:
                 raise
             # Inline grading is deterministic: answer without the idempotency record rather than fail.
-            return self.grade_now(task, text, request)
+            return None
+
+    async def _finish(self, request: GradeRequest, task: Task, text: str, tenant: Tenant, claim: ClaimResult,
+                      cap: int | None) -> GradeResult:
+        """Grade or queue a claimed item, then wait for it as the request asks. ``cap``: the
+        in-flight cap to check on queueing (None when the caller reserved the slot already)."""
         if claim.new:
-            if inline:
-                result = self.grade_now(task, text, request)
+            if task.grading in INLINE_KINDS:
+                result = await self.grade_off_loop(task, text, request, tenant.name)
                 result.job_id = claim.job_id
                 await self.jobs.store(tenant.name, claim.job_id, result)
                 return result
-            work = QueuedGrading(kind=task.grading, run=lambda: self.grade_now(task, text, request),
+            work = QueuedGrading(kind=task.grading, run=lambda: self.grade_now(task, text, request, tenant.name),
                                  payload=lambda: job_payload(request, tenant.name))
-            await self.jobs.enqueue(tenant.name, claim.job_id, work, tenant.max_in_flight)
+            await self.jobs.enqueue(tenant.name, claim.job_id, work, cap)
         wait = self.settings.queue.default_wait if request.wait is None else request.wait
         view = await self.job(tenant, claim.job_id, wait)
         if view is None:  # the claim expired between the calls: treat as gone rather than guess
@@ -163,6 +184,15 @@ class GradingService:
         if view.result is not None:
             return view.result
         raise JobPending(view.job_id, view.status)
+
+    async def grade_off_loop(self, task: Task, text: str, request: GradeRequest,
+                             tenant: str | None = None) -> GradeResult:
+        """Grade an inline item: on the event loop only when it is small enough that its cost is
+        a fixed few milliseconds; otherwise on a worker thread, so that one large completion
+        cannot hold every other request (and /healthz) back."""
+        if len(text) <= ON_LOOP_CHARS and task.grading == "numeric":
+            return self.grade_now(task, text, request, tenant)
+        return await off_loop(self.grade_now, task, text, request, tenant)
 
     async def grade_many(self, requests: Sequence[GradeRequest], tenant: Tenant = LOCAL_TENANT, *,
                          reward_only: bool = False) -> list[GradeResult | JobPending]:
@@ -172,11 +202,48 @@ class GradingService:
 
         Inline items are graded in chunks on a worker thread: a batch of thousands graded on
         the event loop would hold every other request back for seconds."""
+        # Checking items (resolving tasks, reading inline references) is work in proportion to
+        # the batch: on a worker thread too.
+        results, inline, others = await off_loop(self._prepare_all, requests, tenant)
+        # Claimed (and in-flight slots reserved) before anything is graded: a refused batch
+        # costs no grading and leaves nothing queued.
+        claimed = await self._claim_all(others, tenant)
+
+        for start in range(0, len(inline), INLINE_CHUNK):
+            chunk = inline[start : start + INLINE_CHUNK]
+            graded = await off_loop(self._grade_chunk, chunk, tenant.name)
+            for (i, *_), result in zip(chunk, graded, strict=True):
+                results[i] = result if reward_only else self.shown(result, tenant)
+
+        async def one(task: Task, text: str, request: GradeRequest, claim: ClaimResult | ApiError | None
+                      ) -> GradeResult | JobPending:
+            try:
+                if isinstance(claim, ApiError):
+                    raise claim
+                if claim is None:
+                    return await self.grade_off_loop(task, text, request, tenant.name)
+                return await self._finish(request, task, text, tenant, claim, cap=None)
+            except JobPending as pending:
+                return pending
+            except ApiError as problem:
+                return self._refused(request, problem)
+
+        queued = await asyncio.gather(*(one(t, x, r, c) for (_, t, x, r), c in zip(others, claimed, strict=True)))
+        for (i, *_), outcome in zip(others, queued, strict=True):
+            # a queued or idempotent item's result is the stored one, gold included
+            if isinstance(outcome, GradeResult) and not reward_only:
+                outcome = self.shown(outcome, tenant)
+            results[i] = outcome
+        return [r for r in results if r is not None]
+
+    def _prepare_all(self, requests: Sequence[GradeRequest], tenant: Tenant) -> tuple[
+            list[GradeResult | JobPending | None], list[_Item], list[_Item]]:
+        """(results so far, inline items, items for the job store). Every item is checked before
+        any is graded or queued, so a batch holding judge items without a usable judge is refused
+        whole, up front."""
         results: list[GradeResult | JobPending | None] = [None] * len(requests)
-        inline: list[tuple[int, Task, str, GradeRequest]] = []
-        others: list[tuple[int, Task, str, GradeRequest]] = []
-        # Every item is checked before any is graded or queued, so a batch holding judge items
-        # without a usable judge is refused whole, up front.
+        inline: list[_Item] = []
+        others: list[_Item] = []
         for i, request in enumerate(requests):
             try:
                 request = apply_tenant_judge(request, tenant)
@@ -188,35 +255,39 @@ class GradingService:
                 inline.append((i, task, text, request))
             else:  # queued kinds, and idempotent items, go through the job store
                 others.append((i, task, text, request))
+        return results, inline, others
 
-        for start in range(0, len(inline), INLINE_CHUNK):
-            chunk = inline[start : start + INLINE_CHUNK]
-            graded = await anyio.to_thread.run_sync(self._grade_chunk, chunk)
-            for (i, *_), result in zip(chunk, graded, strict=True):
-                results[i] = result if reward_only else self.shown(result, tenant)
+    async def _claim_all(self, items: Sequence[tuple[int, Task, str, GradeRequest]], tenant: Tenant
+                         ) -> list[ClaimResult | ApiError | None]:
+        """Claims for a batch's queued and idempotent items, with the in-flight slots of all its
+        new queued work reserved at once: past the tenant's cap the whole batch is refused (429)
+        and nothing of it is queued or remembered."""
+        claims: list[ClaimResult | ApiError | None] = []
+        try:
+            for _, task, _, request in items:
+                try:
+                    claims.append(await self._claim(request, task, tenant))
+                except ApiError as problem:  # a reused request id: that item's refusal
+                    claims.append(problem)
+            fresh = [c.job_id for (_, task, _, _), c in zip(items, claims, strict=True)
+                     if isinstance(c, ClaimResult) and c.new and task.grading not in INLINE_KINDS]
+            if fresh and tenant.max_in_flight is not None:
+                await self.jobs.reserve(tenant.name, fresh, tenant.max_in_flight)
+        except BaseException:
+            for claim in claims:  # nothing of a refused batch stays claimed
+                if isinstance(claim, ClaimResult) and claim.new:
+                    await self.jobs.release(tenant.name, claim.job_id)
+            raise
+        return claims
 
-        async def one(task: Task, text: str, request: GradeRequest) -> GradeResult | JobPending:
-            try:
-                return await self._grade_prepared(request, task, text, tenant)
-            except JobPending as pending:
-                return pending
-            except ApiError as problem:
-                return self._refused(request, problem)
-
-        queued = await asyncio.gather(*(one(t, x, r) for _, t, x, r in others))
-        for (i, *_), outcome in zip(others, queued, strict=True):
-            # a queued or idempotent item's result is the stored one, gold included
-            if isinstance(outcome, GradeResult) and not reward_only:
-                outcome = self.shown(outcome, tenant)
-            results[i] = outcome
-        return [r for r in results if r is not None]
-
-    def _grade_chunk(self, chunk: Sequence[tuple[int, Task, str, GradeRequest]]) -> list[GradeResult]:
-        return [self.grade_now(task, text, request) for _, task, text, request in chunk]
+    def _grade_chunk(self, chunk: Sequence[tuple[int, Task, str, GradeRequest]], tenant: str) -> list[GradeResult]:
+        return [self.grade_now(task, text, request, tenant) for _, task, text, request in chunk]
 
     @staticmethod
     def _refused(request: GradeRequest, problem: ApiError) -> GradeResult:
         if problem.status in (429, 503) or problem.error == "judge_unavailable":
             raise problem  # these concern the whole batch: back off, or name a judge
-        return GradeResult(task_id=request.task_id, grading="unknown", outcome=Outcome.invalid_request,
+        # the id is repeated only if it could be one: a refused id may be anything the client wrote
+        task_id = request.task_id if request.task_id and _TASK_ID.fullmatch(request.task_id) else None
+        return GradeResult(task_id=task_id, grading="unknown", outcome=Outcome.invalid_request,
                            reward=0.0, explanation=problem.detail)

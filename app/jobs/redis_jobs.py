@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -17,9 +17,22 @@ from rq.serializers import JSONSerializer
 from app.errors import ApiError, QueueUnavailable
 from app.graders.result import GradeResult, Outcome
 from app.jobs import keys
-from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until
+from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until, too_many_in_flight
 from app.redis_link import REDIS_ERRORS, sync_connection
 from app.settings import Settings
+
+# KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, job ids... Reserves every id or none.
+_RESERVE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local count = redis.call('ZCARD', KEYS[1])
+if count + #ARGV - 3 > tonumber(ARGV[2]) then
+  return 0
+end
+for i = 4, #ARGV do
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i])
+end
+return 1
+"""
 
 
 def _text(value: bytes | str) -> str:
@@ -90,10 +103,31 @@ class RedisJobs:
             _, count = await pipe.execute()
         if count >= cap:
             await self._forget(tenant, job_id)
-            raise ApiError(429, "too_many_in_flight", f"at most {cap} queued gradings in flight for this tenant",
-                           {"Retry-After": "1"})
+            raise too_many_in_flight(cap)
         await self.async_redis.zadd(key, {job_id: now})
         await self.async_redis.expire(key, self.settings.queue.result_ttl)
+
+    async def reserve(self, tenant: str, job_ids: Sequence[str], max_in_flight: int) -> None:
+        if not job_ids:
+            return
+        horizon = time.time() - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
+        try:
+            reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), horizon, max_in_flight,
+                                                   time.time(), *job_ids)
+            await self.async_redis.expire(keys.in_flight(tenant), self.settings.queue.result_ttl)
+        except REDIS_ERRORS:
+            for job_id in job_ids:
+                await self._forget(tenant, job_id)
+            raise QueueUnavailable("Redis is unreachable") from None
+        if not int(reserved):
+            for job_id in job_ids:
+                await self._forget(tenant, job_id)
+            raise too_many_in_flight(max_in_flight, len(job_ids))
+
+    async def release(self, tenant: str, job_id: str) -> None:
+        await self._forget(tenant, job_id)
+        with contextlib.suppress(*REDIS_ERRORS):
+            await self.async_redis.zrem(keys.in_flight(tenant), job_id)
 
     async def _forget(self, tenant: str, job_id: str) -> None:
         with contextlib.suppress(*REDIS_ERRORS):
