@@ -50,7 +50,7 @@ def shapes(n: int) -> dict[str, str]:
 def rows_worst(n_chars: int) -> tuple[dict, str]:
     """An inline rows reference and an answer with every row right but in reverse order, as many
     rows as fit in ``n_chars`` (the order check's old worst case)."""
-    rows = [{"name": "r", "x": i + 0.5} for i in range(max(2, n_chars // 24))]
+    rows = [{"name": "r", "x": i + 0.5} for i in range(max(2, min(1000, n_chars // 24)))]
     completion = json.dumps({"rows": rows[::-1]})
     return {"reference": {"rows": rows}}, completion
 
@@ -85,7 +85,8 @@ class Prober(threading.Thread):
 
     def __init__(self, url: str) -> None:
         super().__init__(daemon=True)
-        self.url, self.latencies, self.stop = url, [], threading.Event()
+        self.url, self.stop = url, threading.Event()
+        self.latencies: list[float] = []
 
     def run(self) -> None:
         with httpx.Client(timeout=30) as client:
@@ -165,7 +166,7 @@ def main(smoke: bool = False) -> None:
         if before is not None and after is not None:
             print(f"worst request: a {len(one_request) // 1024} KiB batch of {n} such items, {after - before:.1f} s of "
                   f"server CPU, {wall:.1f} s wall, status {r.status_code}")
-        clients, rounds = (2, 1) if smoke else (4, 2)
+        clients, rounds = (2, 1) if smoke else (3, 1)
         attacked = probe(url, 0, attackers(url, worst_text, request_bytes, clients, rounds))
     for name, values in (("idle", idle), ("under attack", attacked)):
         p50, p99 = percentile(values, 0.5) * 1e3, percentile(values, 0.99) * 1e3

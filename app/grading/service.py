@@ -262,21 +262,26 @@ class GradingService:
         """Claims for a batch's queued and idempotent items, with the in-flight slots of all its
         new queued work reserved at once: past the tenant's cap the whole batch is refused (429)
         and nothing of it is queued or remembered."""
-        claims: list[ClaimResult | ApiError | None] = []
+        async def claim(task: Task, request: GradeRequest) -> ClaimResult | ApiError | None:
+            try:
+                return await self._claim(request, task, tenant)
+            except ApiError as problem:  # a reused request id: that item's refusal
+                return problem
+
+        claims = list(await asyncio.gather(*(claim(t, r) for _, t, _, r in items)))
         try:
-            for _, task, _, request in items:
-                try:
-                    claims.append(await self._claim(request, task, tenant))
-                except ApiError as problem:  # a reused request id: that item's refusal
-                    claims.append(problem)
+            # the job store unreachable (503) concerns the whole batch, as in _refused
+            failure = next((c for c in claims if isinstance(c, ApiError) and c.status in (429, 503)), None)
+            if failure is not None:
+                raise failure
             fresh = [c.job_id for (_, task, _, _), c in zip(items, claims, strict=True)
                      if isinstance(c, ClaimResult) and c.new and task.grading not in INLINE_KINDS]
             if fresh and tenant.max_in_flight is not None:
                 await self.jobs.reserve(tenant.name, fresh, tenant.max_in_flight)
         except BaseException:
-            for claim in claims:  # nothing of a refused batch stays claimed
-                if isinstance(claim, ClaimResult) and claim.new:
-                    await self.jobs.release(tenant.name, claim.job_id)
+            for done in claims:  # nothing of a refused batch stays claimed
+                if isinstance(done, ClaimResult) and done.new:
+                    await self.jobs.release(tenant.name, done.job_id)
             raise
         return claims
 
