@@ -168,7 +168,11 @@ async def grade_labelled(request: Request) -> Response:
         grading_of(request), [i.label for i in body.items], [i.completion for i in body.items],
         tenant_of(request), tolerance=body.tolerance, all_or_nothing=body.all_or_nothing,
         partial_credit=body.partial_credit, judge=body.judge)
-    return Response(content='{"results":[' + ",".join(r.model_dump_json() for r in results) + "]}",
+    def written() -> str:
+        return '{"results":[' + ",".join(r.model_dump_json() for r in results) + "]}"
+
+    # as /v1/grade/batch: hundreds of results with their evidence are written off the loop
+    return Response(content=written() if len(results) <= 8 else await off_loop(written),
                     media_type="application/json")
 
 
