@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.api import coverage, grade, health, jobs, rewards, status, tasks
 from app.api.auth import TenantMiddleware
+from app.api.browser_guard import BrowserGuard, is_loopback
 from app.api.deps import CheckResult, ReadinessCheck
 from app.api.docs import install_offline_docs
 from app.api.errors import document_error_bodies, install_error_handlers
@@ -82,8 +83,18 @@ def _document_hand_parsed_bodies(app: FastAPI, settings: Settings) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+class PublicBindRefused(RuntimeError):
+    """An app that would answer a non-loopback address with no tenants file: anyone could grade
+    and run code on it."""
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    # Checked here, not only by `serve`: `uvicorn app.main:create_app --factory` or a test harness
+    # build the app without the command.
+    if settings.tenants_file is None and not is_loopback(settings.host):
+        raise PublicBindRefused("refusing to serve a non-loopback address without a tenants file: anyone could "
+                                "grade and run code here. Set SCALING_GRADER_TENANTS_FILE, or bind 127.0.0.1.")
     tenants = TenantsFile(settings.tenants_file) if settings.tenants_file else None
     grading = GradingService(settings, job_backend(settings))
 
@@ -115,4 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes)
     app.add_middleware(UnprefixedTwins)  # GET /tasks, POST /grade...: the card's paths, answered by /v1
+    # Outermost: a cross-site browser request is refused before anything reads it.
+    app.add_middleware(BrowserGuard, bind_host=settings.host, allowed_hosts=settings.allowed_hosts,
+                       check_hosts=tenants is None or bool(settings.allowed_hosts))
     return app

@@ -11,6 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -82,6 +83,27 @@ class GradeWindow:
 
 GRADE_WINDOW = GradeWindow()
 
+
+class TenantWindows:
+    """One GradeWindow per tenant, so that a tenant's status page shows its own grades and faults
+    only. Tenants are the names of the tenants file (or "local"): a closed set."""
+
+    def __init__(self) -> None:
+        self._windows: dict[str, GradeWindow] = {}
+        self._lock = threading.Lock()
+
+    def of(self, tenant: str) -> GradeWindow:
+        window = self._windows.get(tenant)
+        if window is None:
+            with self._lock:
+                window = self._windows.setdefault(tenant, GradeWindow())
+        return window
+
+
+TENANT_WINDOWS = TenantWindows()
+
+# The status nginx logs for a client that closed its connection before the answer.
+CLIENT_CLOSED = 499
 _children: dict[tuple, Any] = {}
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
@@ -100,7 +122,7 @@ def child(metric: Any, *labels: str) -> Any:
 _grade_series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
 
-def record_grade(split: str | None, grading: str, outcome: str, seconds: float) -> None:
+def record_grade(split: str | None, grading: str, outcome: str, seconds: float, tenant: str | None = None) -> None:
     split = split or "inline"
     key = (split, grading, outcome)
     series = _grade_series.get(key)
@@ -108,9 +130,11 @@ def record_grade(split: str | None, grading: str, outcome: str, seconds: float) 
         series = _grade_series[key] = (child(GRADES, split, grading, outcome), child(GRADE_LATENCY, grading))
     series[0].inc()
     series[1].observe(seconds)
-    GRADE_WINDOW.add(split, outcome)
-    if outcome in FAULT_OUTCOMES:
-        GRADE_WINDOW.add_fault(outcome, f"{split}/{grading}")
+    windows = (GRADE_WINDOW,) if tenant is None else (GRADE_WINDOW, TENANT_WINDOWS.of(tenant))
+    for window in windows:
+        window.add(split, outcome)
+        if outcome in FAULT_OUTCOMES:
+            window.add_fault(outcome, f"{split}/{grading}")
 
 
 class MetricsMiddleware:
@@ -136,6 +160,10 @@ class MetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_wrapper)
+        except ClientDisconnect:
+            # The client went away mid-request (an aborted upload): its doing, not a server error.
+            status = CLIENT_CLOSED
+            raise
         finally:
             route = scope.get("route")
             # the route template, not the raw path: task ids must not explode label cardinality

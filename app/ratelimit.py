@@ -1,6 +1,6 @@
-"""Token buckets per tenant: in Redis when configured (one budget across API replicas), in
-memory otherwise, and in memory as a fallback while Redis is unreachable, so inline grading
-keeps answering."""
+"""Token buckets per tenant, counted in grades (a request costs what it grades, at least 1): in
+Redis when configured (one budget across API replicas), in memory otherwise, and in memory as a
+fallback while Redis is unreachable, so inline grading keeps answering."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import redis.asyncio as aioredis
 
 from app.redis_link import REDIS_ERRORS
 
-# KEYS[1] bucket; ARGV rate, burst. Uses the server's clock, so replicas agree.
+# KEYS[1] bucket; ARGV rate, burst, cost. Uses the server's clock, so replicas agree. All of the
+# cost is taken or none: a refused batch costs nothing.
 _TOKEN_BUCKET = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
@@ -24,11 +26,11 @@ local ts = tonumber(b[2]) or now
 tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
 local wait = 0
 local allowed = 0
-if tokens >= 1 then
-  tokens = tokens - 1
+if tokens >= cost then
+  tokens = tokens - cost
   allowed = 1
 else
-  wait = (1 - tokens) / rate
+  wait = (cost - tokens) / rate
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
 redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 10)
@@ -41,17 +43,18 @@ class MemoryBuckets:
         self._state: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def take(self, name: str, rate: float, burst: int) -> float:
-        """0.0 if allowed, else seconds until a token is available."""
+    def take(self, name: str, rate: float, burst: int, cost: int = 1) -> float:
+        """0.0 if allowed (``cost`` tokens taken), else seconds until that many are available
+        (none taken)."""
         now = time.monotonic()
         with self._lock:
             tokens, ts = self._state.get(name, (float(burst), now))
             tokens = min(burst, tokens + (now - ts) * rate)
-            if tokens >= 1:
-                self._state[name] = (tokens - 1, now)
+            if tokens >= cost:
+                self._state[name] = (tokens - cost, now)
                 return 0.0
             self._state[name] = (tokens, now)
-            return (1 - tokens) / rate
+            return (cost - tokens) / rate
 
 
 class RateLimiter:
@@ -61,13 +64,15 @@ class RateLimiter:
         self._script = redis_client.register_script(_TOKEN_BUCKET) if redis_client is not None else None
         self._memory = MemoryBuckets()
 
-    async def take(self, name: str, rate: float, burst: int) -> float:
+    async def take(self, name: str, rate: float, burst: int, cost: int = 1) -> float:
+        """0.0 if allowed, else seconds to wait. A cost over the burst can never be paid: the
+        caller refuses it before asking (see ``app.api.auth.charge_grades``)."""
         if math.isinf(rate):
             return 0.0
         if self._script is not None:
             try:
-                allowed, wait = await self._script(keys=[f"sg:bucket:{name}"], args=[rate, burst])
+                allowed, wait = await self._script(keys=[f"sg:bucket:{name}"], args=[rate, burst, cost])
                 return 0.0 if int(allowed) else float(wait)
             except REDIS_ERRORS:
                 pass  # degrade to this replica's own bucket rather than refuse every request
-        return self._memory.take(name, rate, burst)
+        return self._memory.take(name, rate, burst, cost)

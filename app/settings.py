@@ -78,6 +78,9 @@ class QueueSettings(BaseModel):
     heartbeat_grace: int = Field(10, gt=0, description="missed-heartbeat seconds before a job is abandoned")
     maintenance_interval: int = Field(5, gt=0, description="how often one worker looks for abandoned jobs")
     embedded_threads: int = Field(4, gt=0, description="embedded mode: threads grading queued kinds")
+    # Embedded mode keeps idempotency records and results in memory: the oldest finished ones go
+    # first past this many (Redis mode bounds them by result_ttl and the tenants' grade rates).
+    max_kept_jobs: int = Field(10_000, gt=0, description="embedded mode: job records kept in memory")
     # Jobs one `scaling-grader worker` process runs at once (its lanes, sharing one sandbox);
     # 0: the cores the process is given (affinity, cgroup CPU quota), so that one worker per
     # machine or container keeps every core busy.
@@ -230,6 +233,9 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     # TOML listing tenants and their hashed keys; absent = single user, loopback only.
     tenants_file: Path | None = None
+    # Host names browsers may reach this service under, besides the loopback names and the bind
+    # address (DNS-rebinding defence; see docs/api.md, "Browsers"). A JSON list.
+    allowed_hosts: list[str] = []
     queue: QueueSettings = QueueSettings()
     tolerances: Tolerances = Tolerances()
     limits: Limits = Limits()

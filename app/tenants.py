@@ -15,14 +15,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+# Defaults of a tenant that sets none, sized for RL: a rollout step of 512 prompts x 8 samples
+# (4096 grades) goes through at once, and a step every 40 s or so is sustained (100 grades/s).
+# Rate and burst count grades (a batch of 200 costs 200), not requests. The in-flight cap counts
+# queued gradings (judge, impl) and is twice the largest batch, so one batch always fits.
+DEFAULT_RATE_PER_SECOND = 100.0
+DEFAULT_BURST = 4096
+DEFAULT_MAX_IN_FLIGHT = 1024
 
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
     name: str
-    rate_per_second: float = math.inf
+    rate_per_second: float = math.inf  # grades per second, refilling a bucket of `burst` grades
     burst: int = 1
     max_in_flight: int | None = None
+    # Sees the whole deployment: /metrics, workers, queues, every tenant's counts on the status
+    # page. Other tenants see their own activity only.
+    operator: bool = False
     judge_model: str | None = None
     judge_base_urls: tuple[str, ...] = field(default_factory=tuple)
     # Keys accepted only as the last segment of the reward URL (/get_reward/<key>), for trainers
@@ -40,8 +50,10 @@ class Tenant:
         return default if self.reveal_expected is None else self.reveal_expected
 
 
-# The single user of a deployment without a tenants file.
-LOCAL_TENANT = Tenant("local")
+# The single user of a deployment without a tenants file (loopback only): its operator too.
+LOCAL_TENANT = Tenant("local", operator=True)
+# A caller without a key on the routes open to anyone (/healthz, /readyz).
+ANONYMOUS = Tenant("anonymous")
 
 
 class TenantsFileError(ValueError):
@@ -81,9 +93,10 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
             raise TenantsFileError(f"tenant {name!r}: 'reward_key_sha256' must hold SHA-256 hex digests")
         tenant = Tenant(
             name=name,
-            rate_per_second=float(entry.get("rate_per_second", 50)),
-            burst=int(entry.get("burst", 100)),
-            max_in_flight=int(entry.get("max_in_flight", 256)),
+            rate_per_second=float(entry.get("rate_per_second", DEFAULT_RATE_PER_SECOND)),
+            burst=int(entry.get("burst", DEFAULT_BURST)),
+            max_in_flight=int(entry.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT)),
+            operator=entry.get("operator", False),
             judge_model=entry.get("judge_model"),
             judge_base_urls=tuple(entry.get("judge_base_urls", ())),
             reveal_expected=entry.get("reveal_expected", False),
@@ -93,6 +106,8 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
         budget = tenant.held_out_grades_per_item
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise TenantsFileError(f"tenant {name!r}: 'held_out_grades_per_item' must be a positive integer")
+        if not isinstance(tenant.operator, bool):
+            raise TenantsFileError(f"tenant {name!r}: 'operator' must be true or false")
         if not isinstance(tenant.reveal_expected, bool):
             raise TenantsFileError(f"tenant {name!r}: 'reveal_expected' must be true or false")
         if tenant.rate_per_second <= 0 or tenant.burst < 1:

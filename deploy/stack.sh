@@ -137,6 +137,7 @@ key_sha256 = ["$digest"]
 rate_per_second = ${TENANT_RATE:-200}
 burst = ${TENANT_BURST:-400}
 max_in_flight = ${TENANT_MAX_IN_FLIGHT:-512}
+operator = true  # the local stack's one user: it also reads /metrics and the workers
 judge_base_urls = $judge_urls
 TOML
   if [ "${STACK_TEST:-0}" = 1 ]; then
@@ -212,14 +213,21 @@ PY
 wait_ready() {
   # Ready: /readyz answers 200 and lists WORKERS live workers, each with its sandbox tier (a worker
   # lists one record per lane, jobs it runs at once; its first lane stands for the worker).
+  # (the workers are listed to the operator only: the test tenant's key is one)
   local url="http://127.0.0.1:$PORT/readyz"
-  python3 - "$url" "$WORKERS" "${READY_TIMEOUT:-300}" <<'PY'
-import json, sys, time, urllib.error, urllib.request
+  python3 - "$url" "$WORKERS" "${READY_TIMEOUT:-300}" "$STATE/api-key" <<'PY'
+import json, os, sys, time, urllib.error, urllib.request
 url, want, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    key = open(sys.argv[4]).read().strip()
+except OSError:  # a tenants file of your own: set STACK_READY_KEY to an operator key of it
+    key = ""
+key = os.environ.get("STACK_READY_KEY", key)
 deadline, last = time.monotonic() + timeout, "no answer"
 while time.monotonic() < deadline:
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+        with urllib.request.urlopen(request, timeout=5) as r:
             body = json.load(r)
         workers = [w for w in body.get("workers", []) if w.get("lane", 1) == 1]
         if len(workers) >= want and all(w.get("sandbox_tier") for w in workers):

@@ -29,6 +29,7 @@ key_sha256 = ["{digest_a}"]
 rate_per_second = 1000
 burst = 1000
 max_in_flight = 2
+operator = true
 judge_model = "judge-small"
 judge_base_urls = ["http://127.0.0.1:9/v1"]
 

@@ -74,7 +74,7 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
         written = _wait_while_held_elsewhere(lambda: lease.publish(text, tenant, ttl), pause)
         if written == 1:  # the write freed the lease too
             lease.taken = False
-            _reaching_redis(lambda: _count(connection, result))
+            _reaching_redis(lambda: _count(connection, result, tenant or None))
     finally:
         if lease.taken:
             with contextlib.suppress(*REDIS_ERRORS):  # else it lapses by itself
@@ -82,9 +82,9 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     return {"job_id": job.id, "written": written == 1}
 
 
-def _count(connection: Any, result: GradeResult) -> None:
+def _count(connection: Any, result: GradeResult, tenant: str | None) -> None:
     with connection.pipeline(transaction=False) as pipe:
-        count_grade(pipe, result.split or "inline", result.grading, result.outcome.value)
+        count_grade(pipe, result.split or "inline", result.grading, result.outcome.value, tenant=tenant)
         pipe.execute()
 
 

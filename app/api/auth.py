@@ -15,12 +15,14 @@ import json
 import math
 from typing import Any
 
+from app.errors import ApiError
 from app.jobs.refusals import count_refusal
 from app.observability import TENANT_REQUESTS, child
 from app.ratelimit import RateLimiter
-from app.tenants import LOCAL_TENANT, Tenant, TenantsFile, hash_key
+from app.tenants import ANONYMOUS, LOCAL_TENANT, Tenant, TenantsFile, hash_key
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+
 BROWSER_PAGES = frozenset({"/", "/docs", "/redoc", "/openapi.json"})
 BASIC_CHALLENGE = b'Basic realm="scaling-grader", charset="UTF-8"'
 
@@ -57,7 +59,12 @@ class TenantMiddleware:
             # logs and an access log (which reads this same scope) all get the bare route.
             url_key = scope["path"][len(REWARD_KEY_PREFIX):]
             scope["path"], scope["raw_path"] = REWARD_PATH, REWARD_PATH.encode()
-        if self.tenants is not None and scope["path"] not in OPEN_PATHS:
+        state = scope.setdefault("state", {})
+        state["limiter"] = self.limiter
+        if self.tenants is not None and scope["path"] in OPEN_PATHS:
+            # Open to anyone; a caller that shows a key is known (the operator sees more).
+            tenant = self._tenant(scope) or ANONYMOUS
+        elif self.tenants is not None:
             found = self._tenant(scope) if url_key is None else self._reward_tenant(url_key)
             if found is None:
                 challenge = BASIC_CHALLENGE if _is_browser_page(scope["path"]) else b"Bearer"
@@ -67,16 +74,17 @@ class TenantMiddleware:
                     await send(message)
                 return
             tenant = found
+            # Every request costs one token here, before its body is read (so malformed bodies are
+            # not free); a grading route takes one more per further grade (``charge_grades``).
             wait = await self.limiter.take(tenant.name, tenant.rate_per_second, tenant.burst)
             if wait > 0:
                 await count_refusal(self.limiter.redis, "rate_limited")
-                retry = str(max(1, math.ceil(wait))).encode()
-                for message in _error(429, "rate_limited", "request rate limit exceeded; retry after the delay",
-                                      [(b"retry-after", retry)]):
+                for message in _error(429, "rate_limited", "rate limit exceeded; retry after the delay",
+                                      [(b"retry-after", _retry_after(wait).encode())]):
                     await send(message)
                 return
             child(TENANT_REQUESTS, tenant.name).inc()
-        scope.setdefault("state", {})["tenant"] = tenant
+        state["tenant"] = tenant
         await self.app(scope, receive, send)
 
     def _reward_tenant(self, key: str) -> Tenant | None:
@@ -107,3 +115,35 @@ def _basic_password(credentials: str) -> str:
 
 def tenant_of(request: Any) -> Tenant:
     return getattr(request.state, "tenant", LOCAL_TENANT)
+
+
+def is_operator(request: Any) -> bool:
+    """The operator's key (or the local user of a deployment without a tenants file)."""
+    return tenant_of(request).operator
+
+
+def require_operator(request: Any) -> None:
+    if not is_operator(request):
+        raise ApiError(403, "operator_only", "this route is for the operator's key")
+
+
+def _retry_after(wait: float) -> str:
+    return str(max(1, math.ceil(wait)))
+
+
+async def charge_grades(request: Any, grades: int) -> None:
+    """Make a request cost what it grades: the middleware took one token, this takes the other
+    ``grades - 1``, all or none. 429 with Retry-After when they are not there yet; 422 when the
+    request asks for more than the tenant's burst (it could never pass: the detail says to split
+    it). Called before anything is graded or queued."""
+    tenant = tenant_of(request)
+    limiter: RateLimiter | None = getattr(request.state, "limiter", None)
+    if limiter is None or math.isinf(tenant.rate_per_second) or grades <= 1:
+        return
+    if grades > tenant.burst:
+        raise ApiError(422, "batch_exceeds_burst",
+                       f"this request grades {grades} items; this tenant's burst is {tenant.burst}: split it")
+    wait = await limiter.take(tenant.name, tenant.rate_per_second, tenant.burst, grades - 1)
+    if wait > 0:
+        raise ApiError(429, "rate_limited", f"grade rate limit exceeded ({grades} grades asked); retry after the delay",
+                       {"Retry-After": _retry_after(wait)})

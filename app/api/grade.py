@@ -14,14 +14,19 @@ from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from app.api.auth import tenant_of
+from app.api.auth import charge_grades, tenant_of
 from app.api.deps import grading_of, settings_of
 from app.api.plain import NamedRoute, OperationDocs, parse_body
 from app.errors import ApiError, JobPending
 from app.graders.result import GradeResult
 from app.grading.models import GradeBatchRequest, GradeRequest
+from app.grading.offload import off_loop
 
 PREFIX = "/v1"
+# Results serialised on the event loop; a larger batch's response is written on a grading thread.
+ON_LOOP_RESULTS = 8
+
+
 def _json(payload: str) -> Response:
     return Response(content=payload, media_type="application/json")
 
@@ -44,9 +49,15 @@ async def grade_batch(request: Request) -> Response:
     limit = settings_of(request).limits.max_grades_per_batch
     if len(batch.items) > limit:
         raise ApiError(422, "invalid_request", f"at most {limit} items per batch")
+    await charge_grades(request, len(batch.items))
     results = await grading_of(request).grade_many(batch.items, tenant_of(request))
-    parts = [pending_json(r) if isinstance(r, JobPending) else r.model_dump_json() for r in results]
-    return _json('{"results":[' + ",".join(parts) + "]}")
+
+    def body() -> str:
+        parts = [pending_json(r) if isinstance(r, JobPending) else r.model_dump_json() for r in results]
+        return '{"results":[' + ",".join(parts) + "]}"
+
+    # Results carry evidence (a rows answer's diffs): writing hundreds of them is grading-sized work.
+    return _json(body() if len(results) <= ON_LOOP_RESULTS else await off_loop(body))
 
 
 # Added to the application's own router (see main.py), ahead of the included routers: a route

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from app.api.auth import is_operator, require_operator
 from app.api.deps import grading_of, readiness_checks_of
 from app.jobs.presence import live_workers
 from app.metrics_scrape import scrape
@@ -35,6 +36,8 @@ async def readyz(request: Request) -> JSONResponse:
         checks[name] = {"ok": ok, "info": info}
         ready = ready and ok
     READY.set(1 if ready else 0)
+    if not is_operator(request):  # anyone may probe: ready or not, nothing about the internals
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
     body: dict[str, Any] = {"ready": ready, "checks": checks}
     redis = getattr(grading_of(request).jobs, "async_redis", None)
     if redis is not None:
@@ -47,5 +50,6 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics")
-def metrics() -> Response:
+def metrics(request: Request) -> Response:
+    require_operator(request)  # every tenant's name and traffic: the operator's
     return Response(scrape(), media_type=CONTENT_TYPE_LATEST)

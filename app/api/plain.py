@@ -11,19 +11,41 @@ from typing import Any, TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.errors import describe_validation_errors
 from app.errors import ApiError
+from app.grading.offload import off_loop
 
 M = TypeVar("M", bound=BaseModel)
 
 
+# Bodies up to this size are parsed on the event loop (well under a millisecond); larger ones,
+# up to the body limit, on a worker thread, so that a few megabytes of JSON hold nobody back.
+ON_LOOP_BODY_BYTES = 64 * 1024
+
+
+def require_json(request: Request) -> None:
+    """Grading takes JSON only: a browser sends a form or ``text/plain`` body to another site
+    without asking first, a JSON one never (see app/api/browser_guard.py)."""
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json" and not (media_type.startswith("application/") and
+                                                 media_type.endswith("+json")):
+        raise ApiError(415, "unsupported_media_type", "send the body as JSON with 'Content-Type: application/json'")
+
+
 async def parse_body(request: Request, model: type[M]) -> M:
-    raw = await request.body()
+    require_json(request)
     try:
-        return model.model_validate_json(raw)
+        raw = await request.body()
+    except ClientDisconnect:
+        raise ApiError(400, "client_disconnected", "the client closed the connection before its body arrived") from None
+    try:
+        if len(raw) <= ON_LOOP_BODY_BYTES:
+            return model.model_validate_json(raw)
+        return await off_loop(model.model_validate_json, raw)
     except ValidationError as exc:
         status, error, detail = describe_validation_errors(list(exc.errors(include_input=False)), located=False)
         raise ApiError(status, error, detail) from None

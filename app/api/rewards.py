@@ -19,7 +19,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.auth import tenant_of
+from app.api.auth import charge_grades, tenant_of
 from app.api.deps import grading_of, settings_of
 from app.api.openrlhf import response_from_query
 from app.api.plain import NamedRoute, OperationDocs, parse_body
@@ -29,6 +29,7 @@ from app.graders.result import GradeResult, Outcome
 from app.grading.labels import UNSCORED_REASONS, in_order, pending, requests_for, unscored, unscored_reason
 from app.grading.lenient import grade_labelled_with, grade_leniently
 from app.grading.models import Completion, GradeBatchRequest, GradeRequest
+from app.grading.offload import off_loop
 
 
 class RewardsResponse(BaseModel):
@@ -79,10 +80,17 @@ class LabelledResponse(BaseModel):
     results: list[GradeResult] = Field(description="in request order; unscored items say why in details.unscored")
 
 
-def _check_size(request: Request, n: int) -> None:
+async def _check_size(request: Request, n: int) -> None:
+    """Refuse more items than a batch may hold, then charge the tenant one token per item."""
     limit = settings_of(request).limits.max_grades_per_batch
     if n > limit:
         raise ApiError(422, "invalid_request", f"at most {limit} items per request")
+    await charge_grades(request, n)
+
+
+# Queries and labels up to this many characters in all are cut and read on the event loop (the
+# usual one rollout per request); more, on a worker thread.
+ON_LOOP_QUERY_CHARS = 16 * 1024
 
 
 # One encoder for every response: json.dumps with any option builds a new encoder per call.
@@ -101,7 +109,7 @@ async def _rewards(request: Request, items: list[GradeRequest], *, per_item_judg
 
 async def rewards(request: Request) -> Response:
     batch = await parse_body(request, GradeBatchRequest)
-    _check_size(request, len(batch.items))
+    await _check_size(request, len(batch.items))
     results = await _rewards(request, batch.items)
     return _json({"rewards": [r.reward if r.scored else None for r in results]})
 
@@ -109,7 +117,7 @@ async def rewards(request: Request) -> Response:
 async def get_reward(request: Request) -> Response:
     body = await parse_body(request, GetRewardRequest)
     n = len(body.query)
-    _check_size(request, n)
+    await _check_size(request, n)
     # Lists that do not line up cannot say which label goes with which query: every item is
     # unscored, with the reason (a trainer reads a 4xx as "no rewards at all" anyway).
     mismatch = next((f"{name} has {len(given)} entries for {n} queries" for name in ("prompts", "labels")
@@ -117,10 +125,12 @@ async def get_reward(request: Request) -> Response:
     if mismatch is not None:
         results = [unscored(mismatch) for _ in body.query]
     else:
-        prompts: Sequence[str | None] = body.prompts or [None] * n
-        labels = body.labels or [None] * n
-        responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
-        slots = requests_for(zip(labels, responses, strict=True))
+        size = sum(map(len, body.query)) + sum(map(len, body.prompts or ())) + sum(
+            len(label) if isinstance(label, str) else 64 for label in body.labels or ())
+        if size <= ON_LOOP_QUERY_CHARS:
+            slots = _slots(body)
+        else:  # cutting responses and reading labels is linear in their size: not on the loop
+            slots = await off_loop(_slots, body)
         results = in_order(slots, await _rewards(request, pending(slots), per_item_judge=True))
     # OpenRLHF turns every list into a tensor, so no nulls and no strings: an unscored item gets
     # 0.0, the `scored` mask says which rewards to trust and the unscored_* flags say why.
@@ -137,6 +147,14 @@ async def get_reward(request: Request) -> Response:
                     media_type="application/json")
 
 
+def _slots(body: GetRewardRequest) -> list[Any]:
+    n = len(body.query)
+    prompts: Sequence[str | None] = body.prompts or [None] * n
+    labels = body.labels or [None] * n
+    responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
+    return requests_for(zip(labels, responses, strict=True))
+
+
 def _floats(values: list[float]) -> str:
     """A JSON array of rewards (validated into [0, 1]) or 0/1 flags: finite floats, whose repr is
     their JSON. Written directly: this response goes out once per rollout."""
@@ -145,12 +163,16 @@ def _floats(values: list[float]) -> str:
 
 async def grade_labelled(request: Request) -> Response:
     body = await parse_body(request, LabelledRequest)
-    _check_size(request, len(body.items))
+    await _check_size(request, len(body.items))
     results = await grade_labelled_with(
         grading_of(request), [i.label for i in body.items], [i.completion for i in body.items],
         tenant_of(request), tolerance=body.tolerance, all_or_nothing=body.all_or_nothing,
         partial_credit=body.partial_credit, judge=body.judge)
-    return Response(content='{"results":[' + ",".join(r.model_dump_json() for r in results) + "]}",
+    def written() -> str:
+        return '{"results":[' + ",".join(r.model_dump_json() for r in results) + "]}"
+
+    # as /v1/grade/batch: hundreds of results with their evidence are written off the loop
+    return Response(content=written() if len(results) <= 8 else await off_loop(written),
                     media_type="application/json")
 
 

@@ -1,6 +1,10 @@
 """The figures of the status page, gathered from what the service already knows: the readiness
 checks, the split banks, RQ's registries and the grade windows. Only labels, counts and ids:
-never a completion, a reference answer or a hidden case."""
+never a completion, a reference answer or a hidden case.
+
+The operator sees the whole deployment. A tenant sees the splits, whether the service is ready,
+and its own grades and grader faults only: no other tenant's activity, no workers (their hosts,
+pids and current job ids), no queues, no readiness internals."""
 
 from __future__ import annotations
 
@@ -14,11 +18,12 @@ from fastapi import Request
 
 from app import __version__
 from app.api import health
+from app.api.auth import is_operator, tenant_of
 from app.api.deps import settings_of
 from app.jobs import grade_log, refusals
 from app.jobs.redis_jobs import REDIS_ERRORS, sync_connection
 from app.jobs.worker_registry import live_workers, queue_depths
-from app.observability import GRADE_WINDOW, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS
+from app.observability import GRADE_WINDOW, TENANT_WINDOWS, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS
 from app.settings import Settings
 from app.tasks.book.source import BookSourceError
 from app.tasks.registry import get_bank, split_names
@@ -67,8 +72,12 @@ def _grades(window: dict[int, dict[tuple[str, str], int]], now: float) -> dict[s
             "buckets": buckets, "by_split": totals}
 
 
-def _redis_side(connection: redis.Redis) -> dict[str, Any]:
+def _redis_side(connection: redis.Redis, tenant: str | None) -> dict[str, Any]:
+    """The deployment's side (``tenant`` None, for the operator), or one tenant's own counts."""
     try:
+        if tenant is not None:
+            return {"workers": [], "queues": {}, "window": grade_log.window(connection, tenant=tenant),
+                    "faults": grade_log.faults(connection, tenant), "error": None}
         return {"workers": live_workers(connection), "queues": queue_depths(connection),
                 "window": grade_log.window(connection), "faults": grade_log.faults(connection), "error": None,
                 "refused": refusals.recent(connection)}
@@ -90,6 +99,8 @@ def status_connection(request: Request) -> redis.Redis | None:
 
 async def collect_status(request: Request) -> dict[str, Any]:
     settings = settings_of(request)
+    operator = is_operator(request)
+    tenant = None if operator else tenant_of(request).name
     readiness = json.loads(bytes((await health.readyz(request)).body))  # Starlette types body as bytes | memoryview
     splits = await anyio.to_thread.run_sync(_splits, settings)
     connection = status_connection(request)
@@ -98,19 +109,21 @@ async def collect_status(request: Request) -> dict[str, Any]:
     if connection is None:
         side = {"workers": None, "queues": None, "window": {}, "faults": [], "error": None}
     else:
-        side = await anyio.to_thread.run_sync(_redis_side, connection)
-    faults = sorted([*GRADE_WINDOW.faults(), *side["faults"]], key=lambda f: f["at"], reverse=True)
+        side = await anyio.to_thread.run_sync(_redis_side, connection, tenant)
+    window = GRADE_WINDOW if tenant is None else TENANT_WINDOWS.of(tenant)
+    faults = sorted([*window.faults(), *side["faults"]], key=lambda f: f["at"], reverse=True)
     return {
         "version": __version__,
         "mode": "redis" if settings.redis_url else "embedded",
+        "view": "operator" if operator else "tenant",
         "generated_at": now,
         "ready": readiness["ready"],
-        "checks": readiness["checks"],
+        "checks": readiness.get("checks", {}),
         "splits": splits,
-        "workers": side["workers"],
-        "queues": side["queues"],
-        "redis_error": side["error"],
-        "grades": _grades(_merge_windows(GRADE_WINDOW.counts(now), side["window"]), now),
+        "workers": side["workers"] if operator else None,
+        "queues": side["queues"] if operator else None,
+        "redis_error": side["error"] if operator else None,
+        "grades": _grades(_merge_windows(window.counts(now), side["window"]), now),
         "faults": faults[:KEEP_FAULTS],
         "refused": side.get("refused") or refusals.recent(None, now),
     }

@@ -63,7 +63,12 @@ def _splits(status: dict[str, Any]) -> str:
     return _table(["split", "tasks", "grading"], rows, frozenset({1}))
 
 
+OPERATOR_ONLY = '<p class="muted">Shown to the operator only; this page shows your own grades.</p>'
+
+
 def _queues(status: dict[str, Any]) -> str:
+    if status.get("view") == "tenant":
+        return OPERATOR_ONLY
     if status["queues"] is None:
         return '<p class="muted">Embedded mode: judge and impl grading run in threads of this process.</p>'
     rows = [[f"<b>{escape(name)}</b>", str(d["queued"]), str(d["started"]), str(d["failed"]),
@@ -75,6 +80,8 @@ def _queues(status: dict[str, Any]) -> str:
 
 
 def _workers(status: dict[str, Any], now: float) -> str:
+    if status.get("view") == "tenant":
+        return OPERATOR_ONLY
     workers = status["workers"]
     if workers is None:
         sandbox = status["checks"].get("sandbox", {}).get("info") or {}
@@ -151,6 +158,8 @@ def _faults(status: dict[str, Any], now: float) -> str:
 
 
 def _checks(status: dict[str, Any]) -> str:
+    if status.get("view") == "tenant":
+        return OPERATOR_ONLY
     rows = []
     for name, check in status["checks"].items():
         info = check["info"]

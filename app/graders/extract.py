@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from app.graders.completion import prose, strip_thinking
+from app.graders.confusables import latin_skeleton
 
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _FINAL = re.compile(r"final\s+answer\s*(?:\*\*|__)?\s*[:：]", re.IGNORECASE)
@@ -92,7 +93,9 @@ def _balanced(text: str, start: int, end: int) -> str | None:
 
 def _last_final_line(text: str) -> tuple[int, str] | None:
     last = None
-    for m in _FINAL.finditer(text):
+    # The label is looked for with look-alike letters folded ("Final аnswer:" with a Cyrillic a
+    # is the label a reader sees); the answer is read from the text as written.
+    for m in _FINAL.finditer(latin_skeleton(text)):
         last = m
     if last is None:
         return None

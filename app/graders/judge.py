@@ -85,12 +85,16 @@ class JudgeTarget:
 def normalise_base_url(url: str) -> str:
     """Canonical form for allow-list comparison: lower-case scheme and host, no trailing slash.
     Credentials, queries and fragments are refused outright."""
-    parts = urlsplit(url.strip())
+    try:  # urlsplit refuses an unclosed "[", .port one outside 0-65535 or not a number
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise JudgeUnavailable("judge base_url is not a valid URL (host or port)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise JudgeUnavailable("judge base_url must be an http(s) URL")
     if parts.username or parts.password or parts.query or parts.fragment:
         raise JudgeUnavailable("judge base_url must not carry credentials, a query or a fragment")
-    netloc = parts.hostname.lower() + (f":{parts.port}" if parts.port else "")
+    netloc = parts.hostname.lower() + (f":{port}" if port else "")
     return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
 
 
@@ -321,7 +325,8 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
     if not isinstance(task.gold, str) or not task.gold.strip():
         return GradeResult(grading="judge", outcome=Outcome.error, reward=0.0,
                            explanation="the task has no reference answer to judge against")
-    details: dict[str, Any] = {"judge_model": target.model, "judge_base_url": target.base_url}
+    # The model name only: the endpoint is the operator's business (it is in the log).
+    details: dict[str, Any] = {"judge_model": target.model}
     response = candidate_text(completion, judge.max_response_chars)
     if not response:
         return GradeResult(grading="judge", outcome=Outcome.no_answer, reward=0.0,

@@ -121,16 +121,58 @@ def compare_row(gold: Mapping[str, Any], got: Any, *, tolerance: float) -> dict[
     return verdict
 
 
+# Row comparisons the order check may spend per expected row: it only explains a wrong answer
+# (the reward is already decided), so past this budget it gives up rather than go quadratic.
+_ORDER_CHECK_BUDGET_PER_ROW = 4
+
+
 def _matches_in_another_order(
     gold: Sequence[Mapping[str, Any]], got: Sequence[Any], tolerance: float
 ) -> bool:
-    unused = list(range(len(got)))
+    """True when the candidate rows are the gold rows in another order. Candidates are bucketed by
+    the gold's exactly compared fields, so each gold row is compared only with the candidates that
+    agree on those; the float fields are then compared within a bounded budget."""
+    buckets: dict[tuple[Any, ...], list[int]] = {}
+    layouts: dict[tuple[str, ...], None] = {}
     for g in gold:
-        hit = next((j for j in unused if compare_row(g, got[j], tolerance=tolerance)["ok"]), None)
-        if hit is None:
+        layouts.setdefault(tuple(sorted(g)), None)
+    for j, row in enumerate(got):
+        for names in layouts:
+            if (key := _gold_key(row, names)) is not None:
+                buckets.setdefault(key, []).append(j)
+                break
+    budget = _ORDER_CHECK_BUDGET_PER_ROW * len(gold) + 64
+    for g in gold:
+        names = tuple(sorted(g))
+        candidates = buckets.get(_gold_key(g, names) or (), [])
+        for position, j in enumerate(candidates):
+            budget -= 1
+            if budget < 0:
+                return False
+            if compare_row(g, got[j], tolerance=tolerance)["ok"]:
+                del candidates[position]
+                break
+        else:
             return False
-        unused.remove(hit)
     return True
+
+
+def _gold_key(row: Mapping[str, Any], names: Sequence[str]) -> tuple[Any, ...] | None:
+    """The bucket of a row under a gold layout (its field names): the names, and the values
+    compared exactly (strings, booleans, null). Numbers key as "number" alone: an int may match
+    a float within the tolerance, so their values cannot go into a hash."""
+    if not isinstance(row, dict) or len(row) != len(names) or any(name not in row for name in names):
+        return None
+    key: list[Any] = [names]
+    for name in names:
+        value = row[name]
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            key.append((type(value).__name__, value))
+        elif isinstance(value, int | float):
+            key.append(("number",))
+        else:
+            return None
+    return tuple(key)
 
 
 def grade_rows(

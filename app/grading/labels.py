@@ -84,8 +84,27 @@ def request_for_label(label: Any, completion: Any, **options: Any) -> GradeReque
         return GradeRequest.model_validate({**target_from_label(label), "completion": completion, **given})
     except ValidationError as exc:
         first = exc.errors(include_input=False)[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "label"
-        raise LabelError(f"{where}: {str(first.get('msg', 'invalid')).removeprefix('Value error, ')}") from None
+        where = ".".join(_named(p) for p in first.get("loc", ())) or "label"
+        raise LabelError(f"{where}: {_plain(str(first.get('msg', 'invalid')).removeprefix('Value error, '))}") from None
+
+
+# A location may hold keys the trainer's label invented (an unknown field): those are client
+# text, and a message is shown in logs and dashboards, so only short identifiers are repeated.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+
+
+def _named(part: object) -> str:
+    if isinstance(part, int):
+        return str(part)
+    return str(part) if _IDENTIFIER.fullmatch(str(part)) else "?"
+
+
+def _plain(message: str) -> str:
+    """A message with no markup: no angle bracket comes through."""
+    return _MARKUP.sub("?", message)[:200]
+
+
+_MARKUP = re.compile(r"[<>]")
 
 
 # Why an item has no reward, as trainers log it (fixed names: OpenRLHF needs the same keys for

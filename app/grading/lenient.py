@@ -12,6 +12,7 @@ from app.errors import ApiError, JobPending
 from app.graders.result import GradeResult
 from app.grading.labels import in_order, pending, requests_for, settle, unscored
 from app.grading.models import GradeRequest
+from app.grading.offload import off_loop
 from app.grading.service import GradingService
 from app.tenants import LOCAL_TENANT, Tenant
 
@@ -55,5 +56,6 @@ async def grade_leniently(service: GradingService, items: Sequence[GradeRequest]
 async def grade_labelled_with(service: GradingService, labels: Sequence[Any], completions: Sequence[Any],
                               tenant: Tenant = LOCAL_TENANT, **options: Any) -> list[GradeResult]:
     """Grade (label, completion) pairs in order; ``options`` are GradeRequest fields."""
-    slots = requests_for(zip(labels, completions, strict=True), **options)
+    # Reading labels is linear in their size, and a batch may carry megabytes: off the event loop.
+    slots = await off_loop(lambda: requests_for(zip(labels, completions, strict=True), **options))
     return in_order(slots, await grade_leniently(service, pending(slots), tenant))

@@ -5,12 +5,11 @@ the reward adapters all come through here, so every entry point grades the same 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
-
-import anyio
 
 from app.errors import ApiError, JobPending, QueueUnavailable
 from app.graders import dispatch
@@ -19,8 +18,9 @@ from app.graders.options import JudgeSpec
 from app.graders.result import GradeResult, Outcome, shown_result
 from app.grading.budgets import GradeBudgets
 from app.grading.models import GradeRequest, completion_text, lacks_answer_message
+from app.grading.offload import off_loop
 from app.grading.references import task_from_reference
-from app.jobs.base import JobBackend, JobView, QueuedGrading, body_digest
+from app.jobs.base import ClaimResult, JobBackend, JobView, QueuedGrading, body_digest
 from app.jobs.embedded import EmbeddedJobs
 from app.observability import record_grade
 from app.settings import Settings
@@ -30,6 +30,14 @@ from app.tenants import LOCAL_TENANT, Tenant
 
 # Inline items of a batch graded per trip to a worker thread.
 INLINE_CHUNK = 64
+# A numeric completion up to this long is graded on the event loop (a worker-thread hop costs
+# more than grading it); anything longer, and every rows answer, is graded on a worker thread.
+ON_LOOP_CHARS = 4096
+
+_TASK_ID = re.compile(r"[A-Za-z0-9_.:/-]{1,200}")
+
+# A batch item ready to grade: (position in the batch, task, completion text, request).
+_Item = tuple[int, Task, str, GradeRequest]
 
 TOLERANCE_NOT_APPLIED = ("the request's tolerance was not applied: a task is graded at its own tolerance, "
                          "never a client's")
@@ -147,7 +155,7 @@ class GradingService:
         except JudgeUnavailable as exc:
             raise ApiError(422, "judge_unavailable", str(exc)[:300]) from None
 
-    def grade_now(self, task: Task, text: str, request: GradeRequest) -> GradeResult:
+    def grade_now(self, task: Task, text: str, request: GradeRequest, tenant: str | None = None) -> GradeResult:
         start = time.perf_counter()
         if self.too_long(text):
             result = too_long_result(task, self.settings.limits.max_completion_chars)
@@ -163,7 +171,7 @@ class GradingService:
             # Said, not silently dropped: a client that believes it set a tolerance learns it did not.
             result.explanation = f"{result.explanation}; {TOLERANCE_NOT_APPLIED}"
             result.details["tolerance_not_applied"] = True
-        record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start)
+        record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start, tenant)
         return result
 
     def shown(self, result: GradeResult, tenant: Tenant) -> GradeResult:
@@ -179,7 +187,7 @@ class GradingService:
         """Grade a job payload (see ``job_payload``) in a worker process."""
         request = GradeRequest.model_validate(payload["request"])
         task, text = self.prepare(request)
-        return self.grade_now(task, text, request)
+        return self.grade_now(task, text, request, payload.get("tenant"))
 
     async def job(self, tenant: Tenant, job_id: str, wait: float) -> JobView | None:
         """A queued grading as its tenant sees it, after waiting at most the service's longest wait."""
@@ -201,27 +209,39 @@ class GradingService:
         return await self._grade_prepared(request, task, text, tenant)
 
     async def _grade_prepared(self, request: GradeRequest, task: Task, text: str, tenant: Tenant) -> GradeResult:
-        # an over-long completion is scored 0 at once: nothing to queue
-        inline = task.grading in INLINE_KINDS or self.too_long(text)
+        claim = await self._claim(request, task, text, tenant)
+        if claim is None:
+            return await self.grade_off_loop(task, text, request, tenant.name)
+        return await self._finish(request, task, text, tenant, claim, cap=tenant.max_in_flight)
+
+    async def _claim(self, request: GradeRequest, task: Task, text: str, tenant: Tenant) -> ClaimResult | None:
+        """The job id of an item that goes through the job store; None for an inline item to be
+        graded straight away (no idempotency key, or no reachable store)."""
+        inline = self._inline(task, text)
         if inline and request.request_id is None:
-            return self.grade_now(task, text, request)
+            return None
         digest = body_digest(request.model_dump_json(exclude={"request_id", "wait"}))
         try:
-            claim = await self.jobs.claim(tenant.name, request.request_id, digest)
+            return await self.jobs.claim(tenant.name, request.request_id, digest)
         except QueueUnavailable:
             if not inline:
                 raise
             # Inline grading is deterministic: answer without the idempotency record rather than fail.
-            return self.grade_now(task, text, request)
+            return None
+
+    async def _finish(self, request: GradeRequest, task: Task, text: str, tenant: Tenant, claim: ClaimResult,
+                      cap: int | None) -> GradeResult:
+        """Grade or queue a claimed item, then wait for it as the request asks. ``cap``: the
+        in-flight cap to check on queueing (None when the caller reserved the slot already)."""
         if claim.new:
-            if inline:
-                result = self.grade_now(task, text, request)
+            if self._inline(task, text):
+                result = await self.grade_off_loop(task, text, request, tenant.name)
                 result.job_id = claim.job_id
                 await self.jobs.store(tenant.name, claim.job_id, result)
                 return result
-            work = QueuedGrading(kind=task.grading, run=lambda: self.grade_now(task, text, request),
+            work = QueuedGrading(kind=task.grading, run=lambda: self.grade_now(task, text, request, tenant.name),
                                  payload=lambda: job_payload(request, tenant.name))
-            await self.jobs.enqueue(tenant.name, claim.job_id, work, tenant.max_in_flight)
+            await self.jobs.enqueue(tenant.name, claim.job_id, work, cap)
         wait = self.settings.queue.default_wait if request.wait is None else request.wait
         view = await self.job(tenant, claim.job_id, wait)
         if view is None:  # the claim expired between the calls: treat as gone rather than guess
@@ -229,6 +249,20 @@ class GradingService:
         if view.result is not None:
             return view.result
         raise JobPending(view.job_id, view.status)
+
+    def _inline(self, task: Task, text: str) -> bool:
+        """Graded in the request, never queued: the inline kinds, and an over-long completion
+        (scored 0 at once as too_long, whatever its kind)."""
+        return task.grading in INLINE_KINDS or self.too_long(text)
+
+    async def grade_off_loop(self, task: Task, text: str, request: GradeRequest,
+                             tenant: str | None = None) -> GradeResult:
+        """Grade an inline item: on the event loop only when it is small enough that its cost is
+        a fixed few milliseconds; otherwise on a worker thread, so that one large completion
+        cannot hold every other request (and /healthz) back."""
+        if len(text) <= ON_LOOP_CHARS and task.grading == "numeric":
+            return self.grade_now(task, text, request, tenant)
+        return await off_loop(self.grade_now, task, text, request, tenant)
 
     async def grade_many(self, requests: Sequence[GradeRequest], tenant: Tenant = LOCAL_TENANT, *,
                          reward_only: bool = False) -> list[GradeResult | JobPending]:
@@ -238,39 +272,34 @@ class GradingService:
 
         Inline items are graded in chunks on a worker thread: a batch of thousands graded on
         the event loop would hold every other request back for seconds."""
-        results: list[GradeResult | JobPending | None] = [None] * len(requests)
-        inline: list[tuple[int, Task, str, GradeRequest]] = []
-        others: list[tuple[int, Task, str, GradeRequest]] = []
-        # Every item is checked before any is graded or queued, so a batch holding judge items
-        # without a usable judge is refused whole, up front.
-        for i, request in enumerate(requests):
-            try:
-                request = apply_tenant_judge(request, tenant)
-                task, text = self.prepare(request)
-            except ApiError as problem:
-                results[i] = self._refused(request, problem)
-                continue
-            if (task.grading in INLINE_KINDS or self.too_long(text)) and request.request_id is None:
-                inline.append((i, task, text, request))
-            else:  # queued kinds, and idempotent items, go through the job store
-                others.append((i, task, text, request))
-
+        # Checking items (resolving tasks, reading inline references) is work in proportion to
+        # the batch: on a worker thread too.
+        results, inline, others = await off_loop(self._prepare_all, requests, tenant)
         await self.charge([task for _, task, _, _ in inline + others], tenant)  # a 429 refuses the batch
+        # Claimed (and in-flight slots reserved) before anything is graded: a refused batch
+        # costs no grading and leaves nothing queued.
+        claimed = await self._claim_all(others, tenant)
+
         for start in range(0, len(inline), INLINE_CHUNK):
             chunk = inline[start : start + INLINE_CHUNK]
-            graded = await anyio.to_thread.run_sync(self._grade_chunk, chunk)
+            graded = await off_loop(self._grade_chunk, chunk, tenant.name)
             for (i, *_), result in zip(chunk, graded, strict=True):
                 results[i] = result if reward_only else self.shown(result, tenant)
 
-        async def one(task: Task, text: str, request: GradeRequest) -> GradeResult | JobPending:
+        async def one(task: Task, text: str, request: GradeRequest, claim: ClaimResult | ApiError | None
+                      ) -> GradeResult | JobPending:
             try:
-                return await self._grade_prepared(request, task, text, tenant)
+                if isinstance(claim, ApiError):
+                    raise claim
+                if claim is None:
+                    return await self.grade_off_loop(task, text, request, tenant.name)
+                return await self._finish(request, task, text, tenant, claim, cap=None)
             except JobPending as pending:
                 return pending
             except ApiError as problem:
                 return self._refused(request, problem)
 
-        queued = await asyncio.gather(*(one(t, x, r) for _, t, x, r in others))
+        queued = await asyncio.gather(*(one(t, x, r, c) for (_, t, x, r), c in zip(others, claimed, strict=True)))
         for (i, *_), outcome in zip(others, queued, strict=True):
             # a queued or idempotent item's result is the stored one, gold included
             if isinstance(outcome, GradeResult) and not reward_only:
@@ -278,12 +307,63 @@ class GradingService:
             results[i] = outcome
         return [r for r in results if r is not None]
 
-    def _grade_chunk(self, chunk: Sequence[tuple[int, Task, str, GradeRequest]]) -> list[GradeResult]:
-        return [self.grade_now(task, text, request) for _, task, text, request in chunk]
+    def _prepare_all(self, requests: Sequence[GradeRequest], tenant: Tenant) -> tuple[
+            list[GradeResult | JobPending | None], list[_Item], list[_Item]]:
+        """(results so far, inline items, items for the job store). Every item is checked before
+        any is graded or queued, so a batch holding judge items without a usable judge is refused
+        whole, up front."""
+        results: list[GradeResult | JobPending | None] = [None] * len(requests)
+        inline: list[_Item] = []
+        others: list[_Item] = []
+        for i, request in enumerate(requests):
+            try:
+                request = apply_tenant_judge(request, tenant)
+                task, text = self.prepare(request)
+            except ApiError as problem:
+                results[i] = self._refused(request, problem)
+                continue
+            if self._inline(task, text) and request.request_id is None:
+                inline.append((i, task, text, request))
+            else:  # queued kinds, and idempotent items, go through the job store
+                others.append((i, task, text, request))
+        return results, inline, others
+
+    async def _claim_all(self, items: Sequence[tuple[int, Task, str, GradeRequest]], tenant: Tenant
+                         ) -> list[ClaimResult | ApiError | None]:
+        """Claims for a batch's queued and idempotent items, with the in-flight slots of all its
+        new queued work reserved at once: past the tenant's cap the whole batch is refused (429)
+        and nothing of it is queued or remembered."""
+        async def claim(task: Task, text: str, request: GradeRequest) -> ClaimResult | ApiError | None:
+            try:
+                return await self._claim(request, task, text, tenant)
+            except ApiError as problem:  # a reused request id: that item's refusal
+                return problem
+
+        claims = list(await asyncio.gather(*(claim(t, x, r) for _, t, x, r in items)))
+        try:
+            # the job store unreachable (503) concerns the whole batch, as in _refused
+            failure = next((c for c in claims if isinstance(c, ApiError) and c.status in (429, 503)), None)
+            if failure is not None:
+                raise failure
+            fresh = [c.job_id for (_, task, text, _), c in zip(items, claims, strict=True)
+                     if isinstance(c, ClaimResult) and c.new and not self._inline(task, text)]
+            if fresh and tenant.max_in_flight is not None:
+                await self.jobs.reserve(tenant.name, fresh, tenant.max_in_flight)
+        except BaseException:
+            for done in claims:  # nothing of a refused batch stays claimed
+                if isinstance(done, ClaimResult) and done.new:
+                    await self.jobs.release(tenant.name, done.job_id)
+            raise
+        return claims
+
+    def _grade_chunk(self, chunk: Sequence[tuple[int, Task, str, GradeRequest]], tenant: str) -> list[GradeResult]:
+        return [self.grade_now(task, text, request, tenant) for _, task, text, request in chunk]
 
     @staticmethod
     def _refused(request: GradeRequest, problem: ApiError) -> GradeResult:
         if problem.status in (429, 503) or problem.error == "judge_unavailable":
             raise problem  # these concern the whole batch: back off, or name a judge
-        return GradeResult(task_id=request.task_id, grading="unknown", outcome=Outcome.invalid_request,
+        # the id is repeated only if it could be one: a refused id may be anything the client wrote
+        task_id = request.task_id if request.task_id and _TASK_ID.fullmatch(request.task_id) else None
+        return GradeResult(task_id=task_id, grading="unknown", outcome=Outcome.invalid_request,
                            reward=0.0, explanation=problem.detail)

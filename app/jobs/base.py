@@ -7,10 +7,11 @@ import hashlib
 import inspect
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from app.errors import ApiError
 from app.graders.result import GradeResult
 
 JobStatus = Literal["queued", "started", "finished", "failed"]
@@ -49,6 +50,15 @@ async def poll_until(done: Callable[[], bool | Awaitable[bool]], wait: float) ->
         delay = min(delay * 2, 0.1)
 
 
+def too_many_in_flight(cap: int, asked: int = 1) -> Exception:
+    """The 429 of a tenant's in-flight cap (a batch asking for more than the cap can never pass:
+    its detail says so)."""
+    why = f"at most {cap} queued gradings in flight for this tenant"
+    if asked > cap:
+        why += f"; this request queues {asked}: split it"
+    return ApiError(429, "too_many_in_flight", why, {"Retry-After": "1"})
+
+
 def body_digest(payload: str) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
@@ -79,6 +89,15 @@ class JobBackend(Protocol):
 
     async def enqueue(self, tenant: str, job_id: str, work: QueuedGrading, max_in_flight: int | None = None) -> None:
         """Queue grading work under a claimed job id; 429 past the tenant's in-flight cap."""
+        ...
+
+    async def reserve(self, tenant: str, job_ids: Sequence[str], max_in_flight: int) -> None:
+        """Count every one of ``job_ids`` against the tenant's cap, or none (429, and the claims
+        are forgotten); reserved ids are then enqueued without a cap."""
+        ...
+
+    async def release(self, tenant: str, job_id: str) -> None:
+        """Forget a claim whose work was never queued."""
         ...
 
     async def store(self, tenant: str, job_id: str, result: GradeResult) -> None:

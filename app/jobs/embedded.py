@@ -1,18 +1,24 @@
 """Jobs in threads of the API process: the embedded default, with the same semantics as Redis
-(idempotent request ids, bounded waits, results kept for a TTL)."""
+(idempotent request ids, bounded waits, results kept for a TTL). Records are bounded in time
+(result_ttl) and in number (max_kept_jobs, oldest finished first), so a client sending fresh
+idempotency keys forever cannot grow the process."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from app.errors import ApiError
 from app.graders.result import GradeResult, Outcome
-from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until
+from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until, too_many_in_flight
 from app.jobs.refusals import count_refusal
 from app.settings import Settings
+
+# Records looked at per claim when expiring: enough to free what one claim adds many times over.
+_EXPIRE_SCAN = 256
 
 
 @dataclass
@@ -21,6 +27,7 @@ class _Job:
     digest: str
     created: float = field(default_factory=time.monotonic)
     future: Future | None = None
+    reserved: bool = False  # counted against the tenant's in-flight cap before it is submitted
     result: GradeResult | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -36,9 +43,29 @@ class EmbeddedJobs:
         self._lock = threading.Lock()
 
     def _expire(self) -> None:
+        """Drop finished records past their TTL, then the oldest finished ones past the count
+        bound. Records are in creation order, so both walks stop at the first one they keep:
+        the work per claim is what it frees, not the size of the store."""
         horizon = time.monotonic() - self.settings.queue.result_ttl
-        for job_id in [j for j, job in self._jobs.items() if job.created < horizon and job.done.is_set()]:
-            del self._jobs[job_id]
+        excess = len(self._jobs) - self.settings.queue.max_kept_jobs
+        for job_id, job in list(self._oldest_first()):
+            if job.created >= horizon and excess <= 0:
+                break
+            if job.done.is_set():
+                del self._jobs[job_id]
+                excess -= 1
+
+    def _oldest_first(self) -> Iterator[tuple[str, _Job]]:
+        # A bounded look at the front: unfinished records there (running jobs) are skipped, and
+        # there are at most as many of them as jobs can run or wait at once.
+        for n, item in enumerate(self._jobs.items()):
+            if n >= _EXPIRE_SCAN:
+                return
+            yield item
+
+    def _busy(self, tenant: str) -> int:
+        return sum(1 for j in self._jobs.values()
+                   if j.tenant == tenant and (j.reserved or j.future is not None) and not j.done.is_set())
 
     async def claim(self, tenant: str, request_id: str | None, digest: str) -> ClaimResult:
         job_id = job_id_for(tenant, request_id)
@@ -65,15 +92,29 @@ class EmbeddedJobs:
     async def enqueue(self, tenant: str, job_id: str, work: QueuedGrading, max_in_flight: int | None = None) -> None:
         job = self._jobs[job_id]
         if max_in_flight is not None:
-            with self._lock:
-                busy = sum(1 for j in self._jobs.values()
-                           if j.tenant == tenant and j.future is not None and not j.done.is_set())
-            if busy >= max_in_flight:
-                del self._jobs[job_id]
-                await count_refusal(None, "too_many_in_flight")
-                why = f"at most {max_in_flight} queued gradings in flight for this tenant"
-                raise ApiError(429, "too_many_in_flight", why, {"Retry-After": "1"})
+            await self.reserve(tenant, [job_id], max_in_flight)
         job.future = self._pool.submit(self._run, job, work)
+
+    async def reserve(self, tenant: str, job_ids: Sequence[str], max_in_flight: int) -> None:
+        """Count all of ``job_ids`` against the cap at once, or none of them (429): a batch is
+        queued whole or refused whole. A refused claim is forgotten, so a retry is new."""
+        with self._lock:
+            refused = self._busy(tenant) + len(job_ids) > max_in_flight
+            for job_id in job_ids:
+                if refused:
+                    self._jobs.pop(job_id, None)
+                else:
+                    self._jobs[job_id].reserved = True
+        if refused:
+            await count_refusal(None, "too_many_in_flight")
+            raise too_many_in_flight(max_in_flight, len(job_ids))
+
+    async def release(self, tenant: str, job_id: str) -> None:
+        """Forget a claim whose work was never queued."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is not None and job.tenant == tenant and job.future is None:
+                del self._jobs[job_id]
 
     async def store(self, tenant: str, job_id: str, result: GradeResult) -> None:
         job = self._jobs[job_id]

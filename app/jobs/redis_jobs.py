@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -19,7 +19,7 @@ from rq.serializers import JSONSerializer
 from app.errors import ApiError, QueueUnavailable
 from app.graders.result import GradeResult, Outcome
 from app.jobs import keys
-from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until
+from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_until, too_many_in_flight
 from app.jobs.leases import store_once
 from app.jobs.refusals import count_refusal
 from app.jobs.result_notices import ResultNotices
@@ -36,12 +36,15 @@ def _text(value: bytes | str) -> str:
 # client's when it runs. Seven days bounds what a claim whose job was never queued can leave.
 QUEUED_RECORD_TTL = 7 * 24 * 3600
 
-# KEYS: in-flight set. ARGV: job id, now, horizon, cap, ttl -> 1 reserved, 0 at the cap.
+# KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, job ids... -> 1 when every id
+# is reserved, 0 (and none is) when they would pass the cap: a batch is queued whole or refused whole.
 _RESERVE = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) + #ARGV - 4 > tonumber(ARGV[2]) then return 0 end
+for i = 5, #ARGV do
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
@@ -87,7 +90,7 @@ class RedisJobs:
         payload = work.payload()
         try:
             if max_in_flight is not None:
-                await self._reserve_slot(tenant, job_id, max_in_flight)
+                await self.reserve(tenant, [job_id], max_in_flight)
             await anyio.to_thread.run_sync(lambda: self._queue(work.kind).enqueue(
                 self.job_function, payload, job_id=job_id, job_timeout=queue_settings.job_timeout,
                 result_ttl=queue_settings.result_ttl, failure_ttl=queue_settings.result_ttl,
@@ -100,17 +103,28 @@ class RedisJobs:
             await self._forget(tenant, job_id)
             raise QueueUnavailable("Redis is unreachable") from None
 
-    async def _reserve_slot(self, tenant: str, job_id: str, cap: int) -> None:
+    async def reserve(self, tenant: str, job_ids: Sequence[str], max_in_flight: int) -> None:
+        if not job_ids:
+            return
         # entries older than a job's deadline belong to jobs that can no longer be running
-        now = time.time()
-        horizon = now - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
-        reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), job_id, now, horizon, cap,
-                                               QUEUED_RECORD_TTL)
-        if not reserved:
-            await self._forget(tenant, job_id)
+        horizon = time.time() - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
+        try:
+            reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), horizon, max_in_flight,
+                                                   time.time(), QUEUED_RECORD_TTL, *job_ids)
+        except REDIS_ERRORS:
+            for job_id in job_ids:
+                await self._forget(tenant, job_id)
+            raise QueueUnavailable("Redis is unreachable") from None
+        if not int(reserved):
+            for job_id in job_ids:
+                await self._forget(tenant, job_id)
             await count_refusal(self.async_redis, "too_many_in_flight")
-            raise ApiError(429, "too_many_in_flight", f"at most {cap} queued gradings in flight for this tenant",
-                           {"Retry-After": "1"})
+            raise too_many_in_flight(max_in_flight, len(job_ids))
+
+    async def release(self, tenant: str, job_id: str) -> None:
+        await self._forget(tenant, job_id)
+        with contextlib.suppress(*REDIS_ERRORS):
+            await self.async_redis.zrem(keys.in_flight(tenant), job_id)
 
     async def _forget(self, tenant: str, job_id: str) -> None:
         with contextlib.suppress(*REDIS_ERRORS):

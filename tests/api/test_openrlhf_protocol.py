@@ -130,7 +130,7 @@ def _reward_tenant(tmp_path) -> tuple[str, str, str]:
     reward_key, reward_digest = new_key()
     path = tmp_path / "tenants.toml"
     path.write_text(f'[[tenant]]\nname = "rl-team"\nkey_sha256 = ["{api_digest}"]\n'
-                    f'reward_key_sha256 = ["{reward_digest}"]\nrate_per_second = 1000\nburst = 1000\n')
+                    f'reward_key_sha256 = ["{reward_digest}"]\nrate_per_second = 1000\nburst = 1000\noperator = true\n')
     return str(path), api_key, reward_key
 
 

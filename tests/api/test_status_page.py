@@ -56,7 +56,7 @@ class Deployment:
         self.key, digest = new_key()
         tenants = tmp / "tenants.toml"
         tenants.write_text(f'[[tenant]]\nname = "ops"\nkey_sha256 = "{digest}"\nrate_per_second = 10000\n'
-                           f'burst = 10000\njudge_base_urls = ["{JUDGE_URL}"]\n')
+                           f'burst = 10000\noperator = true\njudge_base_urls = ["{JUDGE_URL}"]\n')
         self.redis = RedisServer().start()
         self.env = {**os.environ, "SCALING_GRADER_REDIS_URL": self.redis.url,
                     "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([JUDGE_URL]),

@@ -62,7 +62,7 @@ def test_images_run_commands_the_cli_has() -> None:
 def test_example_tenants_file_loads() -> None:
     tomllib.loads((ROOT / "deploy" / "tenants.example.toml").read_text())
     tenants = load_tenants(ROOT / "deploy" / "tenants.example.toml")
-    assert {t.name for t in tenants.values()} == {"team-a"}
+    assert {t.name: t.operator for t in tenants.values()} == {"team-a": False, "ops": True}
 
 
 def test_worker_runs_every_case_behind_gvisor_and_fails_closed() -> None:

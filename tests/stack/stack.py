@@ -96,7 +96,9 @@ class Stack:
 
     def live_workers(self) -> list[dict]:
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=10).json().get("workers", [])
+            # the workers are the operator's to see (anonymous callers get ready / not ready)
+            return httpx.get(f"{self.url}/readyz", timeout=10,
+                             headers={"authorization": f"Bearer {self.api_key}"}).json().get("workers", [])
         except (httpx.HTTPError, ValueError):
             return []
 

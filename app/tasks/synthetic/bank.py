@@ -7,6 +7,7 @@ work all appear in every window of eight."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -33,6 +34,10 @@ SLOTS: tuple[tuple[str, ...], ...] = (
 )
 _FAMILY_NAMES = tuple(FAMILIES)
 _ID = re.compile(r"synthetic/(\d{1,18})/(\d{1,18})")
+# Ids carry at most 18 digits per number: a listing never hands out an index it could not resolve.
+MAX_INDEX = 10**18 - 1
+# family_of repeats with this period of positions (eight slots, each rotating its families).
+PERIOD = len(SLOTS) * math.lcm(*(len(slot) for slot in SLOTS))
 if sorted(f for slot in SLOTS for f in slot) != sorted(_FAMILY_NAMES):
     raise RuntimeError("every synthetic family must sit in exactly one slot")
 
@@ -75,22 +80,14 @@ class SyntheticBank:
         return cached(int(m.group(1)), int(m.group(2)))
 
     def batch(self, *, seed: int, n: int, offset: int = 0, chapters: Sequence[str] | None = None) -> list[Task]:
+        """Work in proportion to n, whatever the offset: the family pattern is periodic, so the
+        offset-th matching index is found by arithmetic, not by walking every index before it."""
         if not chapters:
-            return [generate(seed, i) for i in range(offset, offset + n)]
-        wanted = {name for name, chapter in _FAMILY_CHAPTERS.items() if chapter in set(chapters)}
-        if not wanted:
-            return []
-        # Consecutive indices of the wanted families; offset counts matching tasks only.
-        tasks: list[Task] = []
-        skipped, index = 0, 0
-        while len(tasks) < n:
-            if family_of(seed, index) in wanted:
-                if skipped >= offset:
-                    tasks.append(generate(seed, index))
-                else:
-                    skipped += 1
-            index += 1
-        return tasks
+            indices: Sequence[int] = range(offset, min(offset + n, MAX_INDEX + 1))
+        else:
+            wanted = {name for name, chapter in _FAMILY_CHAPTERS.items() if chapter in set(chapters)}
+            indices = matching_indices(seed, wanted, offset, n)
+        return [generate(seed, i) for i in indices]
 
     def size(self) -> int | None:
         return None
@@ -117,6 +114,26 @@ class SyntheticBank:
 
 # Each family always lands in one chapter; learn it once from a sample.
 _FAMILY_CHAPTERS: dict[str, str] = {name: fn(Draws(0, 0)).chapter for name, fn in FAMILIES.items()}
+
+
+def matching_indices(seed: int, wanted: set[str], offset: int, n: int) -> list[int]:
+    """Indices of the offset-th to (offset + n - 1)-th tasks of the wanted families, in order
+    (offset counts matching tasks only), none beyond MAX_INDEX."""
+    # Matching indices within one period, for this seed; each later period repeats them shifted.
+    in_period = [i for i in range(PERIOD) if family_of(seed, i) in wanted]
+    if not in_period:
+        return []
+    periods, rank = divmod(offset, len(in_period))
+    found: list[int] = []
+    while len(found) < n:
+        index = periods * PERIOD + in_period[rank]
+        if index > MAX_INDEX:
+            break
+        found.append(index)
+        rank += 1
+        if rank == len(in_period):
+            periods, rank = periods + 1, 0
+    return found
 
 
 def load_bank(settings: Settings) -> SyntheticBank:

@@ -1,0 +1,109 @@
+"""Embedded jobs keep their records in memory: bounded by count (oldest finished first) and by
+time, so fresh idempotency keys sent forever cannot grow the process; and a batch's in-flight
+slots are reserved whole or not at all."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from app.errors import ApiError
+from app.graders.result import GradeResult, Outcome
+from app.jobs.base import QueuedGrading
+from app.jobs.embedded import EmbeddedJobs
+from app.settings import QueueSettings, Settings
+
+
+def result() -> GradeResult:
+    return GradeResult(grading="numeric", outcome=Outcome.correct, reward=1.0, explanation="right")
+
+
+def jobs(**queue: object) -> EmbeddedJobs:
+    return EmbeddedJobs(Settings(queue=QueueSettings(**queue)))
+
+
+def test_fresh_keys_forever_keep_at_most_the_bound() -> None:
+    store = jobs(max_kept_jobs=50)
+
+    async def run() -> None:
+        for i in range(2000):
+            claim = await store.claim("t", f"key-{i}", "digest")
+            await store.store("t", claim.job_id, result())
+            assert len(store._jobs) <= 51  # the bound, plus the claim being made
+
+    asyncio.run(run())
+
+
+def test_the_newest_results_are_the_ones_kept() -> None:
+    store = jobs(max_kept_jobs=10)
+
+    async def run() -> list[bool]:
+        ids = []
+        for i in range(30):
+            claim = await store.claim("t", f"key-{i}", "digest")
+            await store.store("t", claim.job_id, result())
+            ids.append(claim.job_id)
+        return [await store.view("t", job_id, 0) is not None for job_id in ids]
+
+    kept = asyncio.run(run())
+    assert kept[-10:] == [True] * 10 and not any(kept[:19])
+
+
+def test_records_past_their_ttl_go_even_under_the_count_bound() -> None:
+    store = jobs(max_kept_jobs=1000, result_ttl=60)
+
+    async def run() -> int:
+        old = await store.claim("t", "old", "digest")
+        await store.store("t", old.job_id, result())
+        store._jobs[old.job_id].created -= 61  # as if a minute had passed
+        await store.claim("t", "new", "digest")
+        return len(store._jobs)
+
+    assert asyncio.run(run()) == 1
+
+
+def test_unfinished_jobs_are_never_evicted() -> None:
+    store = jobs(max_kept_jobs=5)
+    release = threading.Event()
+
+    def slow() -> GradeResult:
+        release.wait(30)
+        return result()
+
+    work = QueuedGrading(kind="judge", run=slow, payload=dict)
+
+    async def run() -> bool:
+        first = await store.claim("t", "running", "digest")
+        await store.enqueue("t", first.job_id, work)
+        for i in range(50):
+            claim = await store.claim("t", f"key-{i}", "digest")
+            await store.store("t", claim.job_id, result())
+        alive = first.job_id in store._jobs
+        release.set()
+        return alive
+
+    try:
+        assert asyncio.run(run())
+    finally:
+        release.set()
+        asyncio.run(store.close())
+
+
+def test_a_batch_over_the_in_flight_cap_reserves_nothing() -> None:
+    store = jobs()
+
+    async def run() -> None:
+        claims = [await store.claim("t", None, "d") for _ in range(3)]
+        with pytest.raises(ApiError) as refused:
+            await store.reserve("t", [c.job_id for c in claims], 2)
+        assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "1"}
+        assert all(c.job_id not in store._jobs for c in claims)  # forgotten: a retry is new
+        two = [await store.claim("t", None, "d") for _ in range(2)]
+        await store.reserve("t", [c.job_id for c in two], 2)  # the refused three took no slot
+        late = await store.claim("t", None, "d")
+        with pytest.raises(ApiError):
+            await store.reserve("t", [late.job_id], 2)  # the two hold both slots
+
+    asyncio.run(run())
