@@ -167,8 +167,9 @@ def test_status_figures_match_redis_and_the_grades_made(deployment, graded) -> N
     assert running < set(graded["slow_ids"]) and len(running) == 2
 
     queue = Queue("impl", connection=connection, serializer=JSONSerializer)
-    assert status["queues"]["impl"] == {"queued": queue.count, "started": queue.started_job_registry.count,
-                                        "failed": queue.failed_job_registry.count}
+    impl = {k: v for k, v in status["queues"]["impl"].items() if k != "oldest_seconds"}  # its own test: queue age
+    assert impl == {"queued": queue.count, "started": queue.started_job_registry.count,
+                    "failed": queue.failed_job_registry.count}
     assert status["queues"]["impl"]["queued"] == 1 and status["queues"]["impl"]["started"] == 2
 
     counted = {(split, outcome): n for split, row in status["grades"]["by_split"].items() for outcome, n in row.items()}

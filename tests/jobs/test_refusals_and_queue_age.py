@@ -28,7 +28,7 @@ def test_refusals_and_the_waiting_jobs_age_show_on_every_replica(tmp_path, redis
     path = tmp_path / "tenants.toml"
     path.write_text(f'[[tenant]]\nname = "capped"\nkey_sha256 = "{capped_digest}"\nmax_in_flight = 1\n'
                     f'rate_per_second = 0.01\nburst = 3\n'
-                    f'[[tenant]]\nname = "operator"\nkey_sha256 = "{operator_digest}"\n')
+                    f'[[tenant]]\nname = "operator"\nkey_sha256 = "{operator_digest}"\noperator = true\n')
     env = {"SCALING_GRADER_REDIS_URL": redis_server.url, "SCALING_GRADER_TENANTS_FILE": str(path)}
     body = {"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 0}
     with running_server(env) as first, running_server(env) as second:  # two replicas, one Redis

@@ -190,6 +190,10 @@ def test_a_dead_workers_job_is_rerun_before_the_jobs_queued_behind_it(redis_serv
             behind = [_submit(client, f"front-{i}") for i in range(1, 4)]  # queued behind the held job
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
+            # The survivor starts once the victim's lease has lapsed, so its first maintenance pass
+            # finds the job dead while the others still wait (a survivor up sooner would take the
+            # queue's head before anything is re-queued, whatever the re-queue's side).
+            _until(lambda: redis_server.client().get(f"sg:lease:{first}") is None, 60, "the victim's lease to lapse")
             survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE)
             results = collect(client, [first, *behind], timeout=240)
         finally:
