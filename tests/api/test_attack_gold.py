@@ -17,6 +17,7 @@ from app.tenants import new_key
 from tests.fake_openai import FakeOpenAI
 from tests.support.book_mirror import mirror_path
 from tests.support.server import running_server
+from tests.support.wrong_solutions import WRONG
 
 pytestmark = pytest.mark.slow
 
@@ -40,13 +41,13 @@ def tenant_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, st
 
 @pytest.fixture(scope="module")
 def served(tenant_keys: tuple[Path, str, str], judge_server: FakeOpenAI) -> Iterator[httpx.Client]:
-    """An operator who also holds out the `tasks` split (docs/splits.md: "an operator marks
+    """An operator who also holds out the `tasks` and `impl` splits (docs/splits.md: "an operator marks
     splits held out"); the judge allow-list names the loopback judge."""
     path, key_a, _ = tenant_keys
     env = {
         "SCALING_GRADER_TENANTS_FILE": str(path),
         "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": f'["{judge_server.base_url}"]',
-        "SCALING_GRADER_HELD_OUT__SPLITS": '["exam", "tasks"]',
+        "SCALING_GRADER_HELD_OUT__SPLITS": '["exam", "tasks", "impl"]',
     }
     with running_server(env) as url, httpx.Client(
         base_url=url, timeout=300, headers={"Authorization": f"Bearer {key_a}"}
@@ -76,6 +77,22 @@ def test_held_out_rows_item_with_partial_credit_reveals_how_many_rows_are_right(
     rewards = served.post("/v1/rewards", json={"items": [{"task_id": task.id, "completion": completion,
                                                           "partial_credit": True}]}).json()["rewards"]
     assert rewards[0] in (0.0, 1.0), f"held-out reward {rewards[0]} through /v1/rewards"
+
+
+@pytest.mark.serial  # runs the submitted code in the sandbox
+def test_held_out_impl_item_reveals_the_share_of_hidden_cases_passed(served: httpx.Client) -> None:
+    """The same promise for code: a held-out exercise shows pass or fail, "no per-case verdicts".
+    A wrong torus_neighbors (it ignores wraparound) comes back with outcome "partial" and the
+    share of hidden cases it passed as its reward: each edit of the submission tells which cases
+    it fixed, the per-case verdict the held-out view removes from `details`."""
+    completion = "```python\n" + WRONG["torus_neighbors"] + "\n```"
+    graded = served.post("/v1/grade", json={"task_id": "impl/torus_neighbors", "completion": completion,
+                                            "wait": 240})
+    assert graded.status_code == 200
+    body = graded.json()
+    assert body["split"] == "impl" and body["outcome"] not in ("error", "judge_error")
+    assert body["reward"] in (0.0, 1.0), f"held-out reward {body['reward']} is the share of cases passed"
+    assert body["outcome"] in ("correct", "incorrect"), body["outcome"]
 
 
 # ---- a judge verdict the response steers -------------------------------------------------------
