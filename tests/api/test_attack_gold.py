@@ -157,3 +157,27 @@ def test_text_shaped_like_a_special_token_grades_the_same_everywhere(served: htt
     }[shape]
     rewards = _rewards_everywhere(served, task_id, completion)
     assert len(set(rewards.values())) == 1, rewards
+
+
+# ---- wrong answers that come back unscored -----------------------------------------------------
+
+
+def test_a_batch_of_long_wrong_answers_is_scored_not_refused(served: httpx.Client) -> None:
+    """docs/api.md: a completion longer than max_completion_chars "is not refused: it is graded
+    too_long, reward 0", and a batch may hold max_grades_per_batch (512) items. But the body
+    limit (8 MiB) is far below 512 completions of the allowed length: 48 wrong completions of
+    200,000 characters each (each within the limit) make the whole /v1/rewards and /get_reward
+    request a 413, so a policy that writes long wrong answers gets no 0 recorded for any item
+    of its batch (a trainer drops the batch, or every sample in it)."""
+    limits = Settings().limits
+    task_id, _, unit = _numeric_book_task()
+    wrong = "x" * (limits.max_completion_chars - 40) + f"\nFinal answer: 1e-30 {unit}"
+    assert len(wrong) <= limits.max_completion_chars
+    n = limits.max_request_bytes // limits.max_completion_chars + 6
+    assert n <= limits.max_grades_per_batch
+    rewards = served.post("/v1/rewards", json={"items": [{"task_id": task_id, "completion": wrong}] * n})
+    assert rewards.status_code == 200, f"{rewards.status_code}: {rewards.text[:200]}"
+    assert rewards.json()["rewards"] == [0.0] * n
+    openrlhf = served.post("/get_reward", json={"query": [wrong] * n, "labels": [task_id] * n})
+    assert openrlhf.status_code == 200, f"{openrlhf.status_code}: {openrlhf.text[:200]}"
+    assert openrlhf.json()["rewards"] == [0.0] * n
