@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.quantities import parse_quantity
 from app.settings import Settings
 from app.tasks.registry import get_bank
 from app.tenants import new_key
@@ -181,3 +182,24 @@ def test_a_batch_of_long_wrong_answers_is_scored_not_refused(served: httpx.Clien
     openrlhf = served.post("/get_reward", json={"query": [wrong] * n, "labels": [task_id] * n})
     assert openrlhf.status_code == 200, f"{openrlhf.status_code}: {openrlhf.text[:200]}"
     assert openrlhf.json()["rewards"] == [0.0] * n
+
+
+# ---- held-out verdicts read back from the service's own figures -----------------------------------
+
+
+def test_status_and_metrics_do_not_tell_a_held_out_unit_mismatch(served: httpx.Client) -> None:
+    """A held-out grade turns unit_mismatch into incorrect ("no dimension hints", docs/splits.md),
+    but /v1/status and /metrics, which every tenant may read, count grades by their outcome
+    before that view: a client grades an exam item with a value of some dimension and sees
+    "unit_mismatch" appear in the counts when none of the gold's values has it."""
+    exam = get_bank("exam", _settings())
+    task = next(t for t in exam.tasks() if t.grading == "numeric"
+                and all(parse_quantity(g).dimension != parse_quantity("1 FLOPs").dimension for g in t.gold))
+    graded = served.post("/v1/grade", json={"task_id": task.id, "completion": "Final answer: 7 FLOPs"}).json()
+    assert graded["outcome"] == "incorrect"  # the response itself holds nothing finer
+    status = served.get("/v1/status").json()["grades"]["by_split"].get("exam", {})
+    assert "unit_mismatch" not in status, f"/v1/status counts exam outcomes {status}"
+    metrics = served.get("/metrics")
+    assert metrics.status_code == 200
+    leaked = [line for line in metrics.text.splitlines() if 'split="exam"' in line and "unit_mismatch" in line]
+    assert not leaked, leaked
