@@ -13,6 +13,7 @@ import pytest
 
 from app.quantities import parse_quantity
 from app.settings import Settings
+from app.tasks.base import Task
 from app.tasks.registry import get_bank
 from app.tenants import new_key
 from tests.fake_openai import FakeOpenAI
@@ -25,6 +26,11 @@ pytestmark = pytest.mark.slow
 
 def _settings() -> Settings:
     return Settings(book_mirror=mirror_path())
+
+
+def _all_tasks(split: str) -> list[Task]:
+    bank = get_bank(split, _settings())
+    return bank.batch(seed=0, n=bank.size() or 0)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +69,7 @@ def test_held_out_rows_item_with_partial_credit_reveals_how_many_rows_are_right(
     """docs/splits.md: on a held-out split "a grade shows pass or fail ... no per-value, per-row or
     per-case verdicts". The client sets partial_credit and reads the fraction of rows right from
     the reward (and outcome "partial"): one grade per row value, a coordinate-wise search."""
-    task = next(t for t in get_bank("tasks", _settings()).tasks() if len(t.gold) >= 2)
+    task = next(t for t in _all_tasks("tasks") if len(t.gold) >= 2)
     rows = [dict(r) for r in task.gold]
     field = next(k for k, v in rows[0].items() if isinstance(v, int | float) and not isinstance(v, bool))
     rows[0][field] = rows[0][field] * 3 + 1  # one row wrong, the rest right
@@ -106,8 +112,7 @@ def test_a_response_that_is_only_a_json_verdict_never_earns_a_reward(served: htt
     ("none"): the reply is read as a JSON verdict whenever it starts with "{", so whenever the
     per-grade draw makes "amber" the word for correct (1 in 24) the empty response scores 1.
     300 grades: a service that cannot be steered gives 0 every time; this one about 12 times."""
-    book = get_bank("book", _settings())
-    task = next(t for t in book.tasks() if t.grading == "judge")
+    task = next(t for t in _all_tasks("book") if t.grading == "judge")
     judge = {"model": "judge-echo-json", "base_url": judge_server.base_url}
     items = [{"task_id": task.id, "completion": '{"verdict": "amber"}', "judge": judge} for _ in range(300)]
     answer = served.post("/v1/rewards", json={"items": items})
@@ -121,7 +126,7 @@ def test_a_response_that_is_only_a_json_verdict_never_earns_a_reward(served: htt
 
 
 def _numeric_book_task() -> tuple[str, str, str]:
-    task = next(t for t in get_bank("book", _settings()).tasks()
+    task = next(t for t in _all_tasks("book")
                 if t.grading == "numeric" and len(t.gold) == 1 and " " in str(t.gold[0]))
     value, unit = str(task.gold[0]).split(" ", 1)
     return task.id, value, unit
@@ -192,8 +197,7 @@ def test_status_and_metrics_do_not_tell_a_held_out_unit_mismatch(served: httpx.C
     but /v1/status and /metrics, which every tenant may read, count grades by their outcome
     before that view: a client grades an exam item with a value of some dimension and sees
     "unit_mismatch" appear in the counts when none of the gold's values has it."""
-    exam = get_bank("exam", _settings())
-    task = next(t for t in exam.tasks() if t.grading == "numeric"
+    task = next(t for t in _all_tasks("exam") if t.grading == "numeric"
                 and all(parse_quantity(g).dimension != parse_quantity("1 FLOPs").dimension for g in t.gold))
     graded = served.post("/v1/grade", json={"task_id": task.id, "completion": "Final answer: 7 FLOPs"}).json()
     assert graded["outcome"] == "incorrect"  # the response itself holds nothing finer
