@@ -34,14 +34,15 @@ def _all_tasks(split: str) -> list[Task]:
 
 
 @pytest.fixture(scope="module")
-def tenant_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+def tenant_keys(tmp_path_factory: pytest.TempPathFactory, judge_server: FakeOpenAI) -> tuple[Path, str, str]:
     (key_a, digest_a), (key_b, digest_b) = new_key(), new_key()
     path = tmp_path_factory.mktemp("tenants") / "tenants.toml"
+    judges = f'max_in_flight = 1024\njudge_base_urls = ["{judge_server.base_url}"]\n'
     path.write_text(
         "[[tenant]]\n"
-        f'name = "alpha"\nkey_sha256 = ["{digest_a}"]\nrate_per_second = 1000\nburst = 2000\n\n'
+        f'name = "alpha"\nkey_sha256 = ["{digest_a}"]\nrate_per_second = 1000\nburst = 2000\n{judges}\n'
         "[[tenant]]\n"
-        f'name = "beta"\nkey_sha256 = ["{digest_b}"]\nrate_per_second = 1000\nburst = 2000\n'
+        f'name = "beta"\nkey_sha256 = ["{digest_b}"]\nrate_per_second = 1000\nburst = 2000\n{judges}'
     )
     return path, key_a, key_b
 
@@ -118,7 +119,7 @@ def test_a_response_that_is_only_a_json_verdict_never_earns_a_reward(served: htt
     answer = served.post("/v1/rewards", json={"items": items})
     assert answer.status_code == 200
     rewards = answer.json()["rewards"]
-    assert None not in rewards
+    assert None not in rewards, "some items were not scored at all"
     assert sum(rewards) == 0.0, f"{sum(rewards):g} of 300 rewards for a response with no answer"
 
 
