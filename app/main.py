@@ -124,7 +124,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(HotRoutes, routes=hot_routes, handlers=app.exception_handlers)
     app.add_middleware(TenantMiddleware, tenants=tenants, limiter=RateLimiter(redis_client))
     app.add_middleware(MetricsMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes)
+    # the batch and reward routes hold up to max_grades_per_batch completions (docs/api.md)
+    batch_paths = {"/v1/grade/batch", "/v1/rewards", "/get_reward", "/get_reward/", "/v1/grade/labelled"}
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes,
+                       path_limits=dict.fromkeys(batch_paths, settings.limits.batch_request_bytes))
     app.add_middleware(UnprefixedTwins)  # GET /tasks, POST /grade...: the card's paths, answered by /v1
     # Outermost: a cross-site browser request is refused before anything reads it.
     app.add_middleware(BrowserGuard, bind_host=settings.host, allowed_hosts=settings.allowed_hosts,

@@ -4,6 +4,7 @@ on the grading hot path)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import deque
@@ -181,32 +182,49 @@ class MetricsMiddleware:
 
 
 class BodyLimitMiddleware:
-    """Refuse bodies over the limit with 413 before they are buffered whole."""
+    """Refuse bodies over the limit with 413 before they are buffered whole. ``path_limits``
+    gives some paths (the batch routes) a larger limit (a key ending in ``/`` covers the paths
+    under it). Only ``large_bodies`` requests with a body over ``max_bytes`` are served at once per
+    process (later ones wait), so memory stays bounded by that many of the largest limit however
+    many such requests arrive together."""
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: Any, max_bytes: int, path_limits: dict[str, int] | None = None,
+                 large_bodies: int = 2) -> None:
+        self.app, self.max_bytes, self.path_limits = app, max_bytes, path_limits or {}
+        self._large = asyncio.Semaphore(large_bodies)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path = scope.get("path", "")
+        # a path, or its parent with a trailing slash (``/get_reward/`` covers a key in the URL)
+        limit = self.path_limits.get(path) or self.path_limits.get(path.rsplit("/", 1)[0] + "/", self.max_bytes)
         for key, value in scope.get("headers", ()):
-            if key == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await _too_large(send, self.max_bytes)
+            if key == b"content-length" and value.isdigit() and int(value) > limit:
+                await _too_large(send, limit)
                 return
         seen = 0
+        holding = False
 
         async def limited_receive() -> dict[str, Any]:
-            nonlocal seen
+            nonlocal seen, holding
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > limit:
                     # an HTTPException passes through FastAPI's body parsing to the error handler
-                    raise HTTPException(413, f"the request body exceeds {self.max_bytes} bytes")
+                    raise HTTPException(413, f"the request body exceeds {limit} bytes")
+                if seen > self.max_bytes and not holding:
+                    await self._large.acquire()
+                    holding = True
             return message
 
-        await self.app(scope, limited_receive, send)
+        try:
+            await self.app(scope, limited_receive, send)
+        finally:
+            if holding:
+                self._large.release()
 
 
 async def _too_large(send: Any, limit: int) -> None:

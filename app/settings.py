@@ -37,6 +37,12 @@ class Tolerances(BaseModel):
 TOLERANCE_NAMES = frozenset(Tolerances.model_fields)
 
 
+# Bytes a batch item may add around its completion (a task id or label, an OpenRLHF prompt given
+# twice), and the most any batch body may hold whatever the limits say.
+BATCH_ITEM_ENVELOPE_BYTES = 16 * 1024
+BATCH_BODY_HARD_CAP = 256 * 1024 * 1024
+
+
 class Limits(BaseModel):
     """Request-size bounds: large enough for long reasoning traces, small enough that one client
     cannot exhaust the API's memory."""
@@ -48,6 +54,19 @@ class Limits(BaseModel):
     max_tasks_per_request: int = Field(1024, gt=0)
     max_grades_per_batch: int = Field(512, gt=0)
     max_wait_seconds: float = Field(60.0, ge=0)
+    # Body limit of the batch and reward routes; None: derived (see ``batch_request_bytes``).
+    max_batch_request_bytes: int | None = Field(None, gt=0, le=BATCH_BODY_HARD_CAP)
+
+    @property
+    def batch_request_bytes(self) -> int:
+        """A batch of max_grades_per_batch completions of max_completion_chars (ASCII) each, plus
+        an envelope per item (its task id or label, a prompt), is never refused for its size: an
+        over-long answer is scored too_long, not turned into a 413 for the whole batch. Capped, so a
+        hostile body cannot take more than BATCH_BODY_HARD_CAP of memory."""
+        if self.max_batch_request_bytes is not None:
+            return max(self.max_batch_request_bytes, self.max_request_bytes)
+        derived = self.max_grades_per_batch * (self.max_completion_chars + BATCH_ITEM_ENVELOPE_BYTES)
+        return max(self.max_request_bytes, min(derived, BATCH_BODY_HARD_CAP))
 
 
 class HeldOutSettings(BaseModel):

@@ -11,16 +11,22 @@ How the response is cut out of the query (first rule that applies):
    (ChatML, Llama 3, Gemma, Mistral/Llama 2 ``[/INST]``, DeepSeek, Phi, plain ``Assistant:``).
 4. Otherwise the whole query.
 
-Then every special token (``<|...|>``, ``<｜...｜>``, ``<pad>``, ``<end_of_turn>``...) is removed,
-so a trailing ``<|im_end|>`` cannot stick to the answer. ``<s>`` and ``</s>`` are also HTML's
-strike-through, a retraction the grader honours: only an unpaired one at either end (Llama's BOS
-and EOS) is removed, so a struck answer stays struck, as ``/v1/grade`` reads it.
+Then only what a tokenizer adds around a completion is removed: a run of special tokens
+(``<|...|>``, ``<｜...｜>``, ``<pad>``, ``<end_of_turn>``...) at the very end (EOS, padding) or the
+very start (BOS), so a trailing ``<|im_end|>`` cannot stick to the answer. The same characters
+inside the text stay: a policy can type them, and deleting them would join what they separate
+(a number to a unit, a strike-through or comment mark), grading the text differently here than
+on every other route (``without_edge_tokens``, used by all of them, removes the same edges).
+``<s>`` and ``</s>`` are also HTML's strike-through, a retraction the grader honours: only an
+unpaired one at either end (Llama's BOS and EOS) is removed, so a struck answer stays struck.
 
 Labels are read by ``app.grading.labels``."""
 
 from __future__ import annotations
 
 import re
+
+from app.graders.completion import without_edge_tokens
 
 # Assistant-turn openers of common chat templates; the response follows the last one.
 _ASSISTANT_MARKERS = re.compile(
@@ -32,10 +38,6 @@ _ASSISTANT_MARKERS = re.compile(
     r"|<\|assistant\|>\s*"  # Phi, Zephyr
     r"|^Assistant:|\nAssistant:",  # plain transcripts
 )
-_SPECIAL_TOKENS = re.compile(
-    r"<\|[^|<>\n]{1,40}\|>|<｜[^｜<>\n]{1,40}｜>|<pad>|<unk>|<eos>|<bos>|<(?:start|end)_of_turn>"
-)
-_BOS, _EOS = "<s>", "</s>"
 _SPACE = re.compile(r"\s+")
 
 
@@ -74,14 +76,4 @@ def response_from_query(query: str, prompt: str | None) -> str:
     if response is None:
         markers = list(_ASSISTANT_MARKERS.finditer(query))
         response = query[markers[-1].end():] if markers else query
-    return _without_bos_eos(_SPECIAL_TOKENS.sub("", response).strip())
-
-
-def _without_bos_eos(text: str) -> str:
-    """``text`` without the unpaired ``<s>``/``</s>`` at its ends: those are BOS and EOS tokens; a
-    pair is a struck-through span, and removing its tags would un-retract what it holds."""
-    while text.endswith(_EOS) and text.count(_EOS) > text.count(_BOS):
-        text = text[: -len(_EOS)].rstrip()
-    while text.startswith(_BOS) and text.count(_BOS) > text.count(_EOS):
-        text = text[len(_BOS):].lstrip()
-    return text
+    return without_edge_tokens(response).strip()

@@ -22,6 +22,13 @@ _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 # HTML comments are hidden when the answer is rendered; an unclosed one hides everything after it.
 _HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 
+# What a tokenizer adds around a completion when it is decoded with special tokens kept: BOS,
+# EOS, end-of-turn and padding tokens of common templates.
+_SPECIAL_TOKEN = re.compile(
+    r"<\|[^|<>\n]{1,40}\|>|<｜[^｜<>\n]{1,40}｜>|<pad>|<unk>|<eos>|<bos>|<(?:start|end)_of_turn>"
+)
+_BOS, _EOS = "<s>", "</s>"
+
 _FENCE_OPEN = re.compile(r"(```|~~~)[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
 # A mark closed on its own line, or left open on the text's last line: an inline span, not a block.
 _INLINE_SPAN = re.compile(r"(```|~~~)[^\n]*?(?:\1|\Z)")
@@ -115,3 +122,38 @@ def prose(text: str) -> str:
         return text
     text = _INLINE_SPAN.sub(" ", text)
     return outside(text, fences(text))
+
+
+def without_edge_tokens(text: str) -> str:
+    """``text`` without the runs of special tokens at its very start and end (and the whitespace
+    between them), and without an unpaired ``<s>``/``</s>`` there: what decoding with special
+    tokens kept adds around a completion. The same characters inside the text stay: a policy can
+    type them, and deleting them would join what they separate (a number to its unit, a
+    strike-through or comment mark). A ``<s>``/``</s>`` pair is a struck-through span, so only an
+    unpaired one goes. Every entry point grades through this, so the same completion gets the
+    same reward on each. Walked by index: a long run costs linear time."""
+    opened, closed = text.count(_BOS), text.count(_EOS)
+    start, end = 0, len(text)
+    while True:  # leading BOS and tokens; whitespace only between or before them
+        at = start
+        while at < end and text[at].isspace():
+            at += 1
+        if text.startswith(_BOS, at, end) and opened > closed:
+            start, opened = at + len(_BOS), opened - 1
+            continue
+        m = _SPECIAL_TOKEN.match(text, at, end)
+        if m is None:
+            break
+        start = m.end()
+    while True:  # trailing EOS, end-of-turn and padding tokens
+        at = end
+        while at > start and text[at - 1].isspace():
+            at -= 1
+        if text.endswith(_EOS, start, at) and closed > opened:
+            end, closed = at - len(_EOS), closed - 1
+            continue
+        opener = text.rfind("<", max(start, at - 48), at)
+        if opener < 0 or _SPECIAL_TOKEN.fullmatch(text, opener, at) is None:
+            break
+        end = opener
+    return text if (start, end) == (0, len(text)) else text[start:end]

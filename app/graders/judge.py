@@ -27,6 +27,7 @@ from app.graders.judge_prompt import (
     VerdictWords,
     build_messages,
     candidate_text,
+    escape_response,
     parse_json_verdict,
     parse_logprob_verdict,
     parse_verdict,
@@ -304,7 +305,8 @@ def refusal_caused_by_response(target: JudgeTarget, question: str, reference: st
                                judge: JudgeSettings) -> bool:
     """Whether the endpoint answers the same request with the response left out: if so, the
     response made the request it refused (too long for its context, say)."""
-    probe = build_messages(question, reference, PROBE_RESPONSE, context, words=verdict_words())
+    probe = build_messages(question, reference, PROBE_RESPONSE, context,
+                           words=verdict_words(PROBE_RESPONSE) or YES_NO)
     try:
         call_judge(target, probe, judge.model_copy(update={"max_retries": 0}))
     except JudgeCallFailed:
@@ -334,7 +336,11 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
     question = str(task.hidden.get("question") or task.prompt)
     raw_context = task.hidden.get("context")
     context = raw_context if isinstance(raw_context, str) else None
-    words = verdict_words()
+    words = verdict_words(escape_response(response))
+    if words is None:  # the response holds every verdict word: a copy could pass for a verdict
+        return GradeResult(grading="judge", outcome=Outcome.no_verdict, reward=0.0,
+                           explanation="the response holds the judge's verdict words, so no verdict could be "
+                           "told from a copy of it; scored 0", extracted_answer=response[:500], details=details)
     messages = build_messages(question, task.gold, response, context, words=words)
     details["constraint"] = judge.constraint
     start = time.perf_counter()

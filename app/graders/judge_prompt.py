@@ -5,8 +5,11 @@ The verdict cannot be steered by the candidate response:
 - its words are drawn afresh for every grade (``verdict_words``): the judge is told to reply, say,
   "cobalt" for correct and "meadow" for incorrect, so a response that writes "yes", "Verdict: yes"
   or {"verdict": "yes"} gives a judge that copies it nothing to copy, and it cannot know the words;
-- the reply's own text (after a closed reasoning block) must hold exactly one verdict word, once:
-  none, both, or one twice is no verdict (asked once more, then scored 0);
+- neither word occurs in the response the judge is shown (they are drawn from the words it does
+  not hold), so a judge that copies any part of the response copies no verdict;
+- the reply's own text (after a closed reasoning block) must hold exactly one verdict word, once,
+  on a line of its own: none, both, or one twice is no verdict (asked once more, then scored 0);
+  in the default mode a JSON reply is no verdict either (only json_schema mode reads JSON);
 - the response is fenced by a random tag and escaped so it cannot close or forge its fence."""
 
 from __future__ import annotations
@@ -62,10 +65,17 @@ _WORDS = ("amber", "basalt", "cobalt", "dahlia", "ember", "fennel", "gravel", "h
           "umber", "velvet", "walnut", "zinnia")
 
 
-def verdict_words() -> VerdictWords:
-    """Two distinct words, drawn afresh per grade from a cryptographic source."""
-    yes = secrets.choice(_WORDS)
-    no = secrets.choice([w for w in _WORDS if w != yes])
+def verdict_words(avoid: str = "") -> VerdictWords | None:
+    """Two distinct words, drawn afresh per grade from a cryptographic source, among those that
+    do not occur in ``avoid`` (the response the judge is shown, in any case, even inside another
+    word): a judge that copies the response (a line, a JSON object, a quoted word) then copies no
+    verdict word. None when fewer than two are left (a response that holds them all)."""
+    shown = avoid.casefold()
+    pool = [w for w in _WORDS if w not in shown]
+    if len(pool) < 2:
+        return None
+    yes = secrets.choice(pool)
+    no = secrets.choice([w for w in pool if w != yes])
     return VerdictWords(yes, no)
 
 
@@ -179,8 +189,8 @@ def parse_verdict(reply: str | None, words: VerdictWords = YES_NO) -> bool | Non
     if text is None:
         return None
     text = text.strip()
-    if text.startswith("{"):
-        return parse_json_verdict(text, words)
+    # No JSON here: in the default mode a reply that is a JSON object is what a judge that echoes
+    # the response would give; only json_schema mode (where the decoder writes it) reads one.
     if words == YES_NO:
         first_line = text.split("\n", 1)[0].strip()
         m = _VERDICT_LINE.fullmatch(first_line)

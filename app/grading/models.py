@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictStr, model_validator
 
+from app.graders.completion import without_edge_tokens
 from app.graders.options import GradeOptions, JudgeSpec
 
 
@@ -48,11 +49,12 @@ def answer_message(messages: list[ChatMessage]) -> ChatMessage | None:
 
 def completion_text(completion: str | list[ChatMessage]) -> str:
     """The graded text: the string itself, or the last assistant-like message of a transcript
-    (empty when there is none: a user or tool message is never the policy's answer)."""
+    (empty when there is none: a user or tool message is never the policy's answer). Special
+    tokens a decoder left at its very ends are dropped, as on every entry point."""
     if isinstance(completion, str):
-        return completion
+        return without_edge_tokens(completion)
     message = answer_message(completion)
-    return message.text() if message is not None else ""
+    return without_edge_tokens(message.text()) if message is not None else ""
 
 
 def lacks_answer_message(completion: str | list[ChatMessage]) -> bool:

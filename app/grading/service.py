@@ -41,17 +41,36 @@ _Item = tuple[int, Task, str, GradeRequest]
 
 TOLERANCE_NOT_APPLIED = ("the request's tolerance was not applied: a task is graded at its own tolerance, "
                          "never a client's")
+PARTIAL_CREDIT_NOT_APPLIED = ("partial_credit was not applied: a held-out item is graded pass or fail at the "
+                              "task's own rule")
 
 # Details a held-out result keeps: how it was graded, never a verdict per value, row or case.
 HELD_OUT_DETAILS = frozenset({"judge_model", "judge_base_url", "constraint", "attempts", "latency_s", "verdict",
-                              "answer_source", "tolerance_not_applied", "too_long"})
+                              "answer_source", "tolerance_not_applied", "partial_credit_not_applied", "too_long"})
+
+
+def held_out_outcome(outcome: Outcome) -> Outcome:
+    """The outcome a held-out grade may show: pass or fail, no dimension hint, no share of rows or
+    cases (``partial``)."""
+    return Outcome.incorrect if outcome in (Outcome.unit_mismatch, Outcome.partial) else outcome
+
+
+def pass_or_fail(result: GradeResult) -> GradeResult:
+    """A held-out item's reward: 1 for correct, else 0, whatever a grader's finer reward would
+    be (a share of rows or hidden cases is an oracle a search climbs one edit at a time)."""
+    if not result.outcome.scored or (result.reward in (0.0, 1.0) and result.outcome is not Outcome.partial):
+        return result
+    correct = result.outcome is Outcome.correct
+    return result.model_copy(update={"reward": 1.0 if correct else 0.0,
+                                     "outcome": Outcome.correct if correct else Outcome.incorrect})
 
 
 def held_out_view(result: GradeResult) -> GradeResult:
     """A held-out item's result: pass or fail at the task's own tolerance, nothing finer. Per-value
     verdicts (which value was right, its dimension, its error) would let a search for the gold
     bisect; a bare pass/fail leaves it a scan (docs/splits.md)."""
-    outcome = Outcome.incorrect if result.outcome is Outcome.unit_mismatch else result.outcome
+    result = pass_or_fail(result)
+    outcome = held_out_outcome(result.outcome)
     if outcome is Outcome.correct:
         why = "correct at the task's tolerance"
     elif outcome.scored:
@@ -61,6 +80,8 @@ def held_out_view(result: GradeResult) -> GradeResult:
     details = {k: v for k, v in result.details.items() if k in HELD_OUT_DETAILS}
     if details.get("tolerance_not_applied"):
         why = f"{why}; {TOLERANCE_NOT_APPLIED}"
+    if details.get("partial_credit_not_applied"):
+        why = f"{why}; {PARTIAL_CREDIT_NOT_APPLIED}"
     return result.model_copy(update={"outcome": outcome, "explanation": why, "values": [], "details": details})
 
 
@@ -157,6 +178,7 @@ class GradingService:
 
     def grade_now(self, task: Task, text: str, request: GradeRequest, tenant: str | None = None) -> GradeResult:
         start = time.perf_counter()
+        held_out = self.held_out(task)
         if self.too_long(text):
             result = too_long_result(task, self.settings.limits.max_completion_chars)
         elif lacks_answer_message(request.completion):
@@ -166,12 +188,22 @@ class GradingService:
                                  outcome=Outcome.no_answer, reward=0.0,
                                  explanation="the transcript has no assistant message to grade")
         else:
-            result = dispatch.grade(task, text, request.options(), self.settings)
+            options = request.options()
+            if held_out:  # pass or fail at the task's own rule: no share of rows or cases
+                options = options.model_copy(update={"partial_credit": False, "all_or_nothing": True})
+            result = dispatch.grade(task, text, options, self.settings)
         if request.task_id is not None and request.tolerance is not None:
             # Said, not silently dropped: a client that believes it set a tolerance learns it did not.
             result.explanation = f"{result.explanation}; {TOLERANCE_NOT_APPLIED}"
             result.details["tolerance_not_applied"] = True
-        record_grade(result.split, result.grading, result.outcome.value, time.perf_counter() - start, tenant)
+        if held_out:
+            result = pass_or_fail(result)
+            if request.partial_credit:  # said, like the tolerance
+                result.explanation = f"{result.explanation}; {PARTIAL_CREDIT_NOT_APPLIED}"
+                result.details["partial_credit_not_applied"] = True
+        # Counted as the held-out view shows it: /v1/status and /metrics are read by every tenant.
+        outcome = held_out_outcome(result.outcome) if held_out else result.outcome
+        record_grade(result.split, result.grading, outcome.value, time.perf_counter() - start, tenant)
         return result
 
     def shown(self, result: GradeResult, tenant: Tenant) -> GradeResult:
@@ -247,7 +279,8 @@ class GradingService:
         if view is None:  # the claim expired between the calls: treat as gone rather than guess
             raise ApiError(404, "unknown_job", "the job for this request is no longer known")
         if view.result is not None:
-            return view.result
+            # pass or fail even when the worker that graded it was configured otherwise
+            return pass_or_fail(view.result) if self.held_out(task) else view.result
         raise JobPending(view.job_id, view.status)
 
     def _inline(self, task: Task, text: str) -> bool:

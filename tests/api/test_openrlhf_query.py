@@ -75,3 +75,20 @@ def test_a_struck_answer_stays_struck_while_bos_and_eos_go(response: str, kept: 
     prompt = "<s>[INST] How long? [/INST]"
     assert response_from_query(prompt + " " + response + "</s>", prompt) == kept
     assert response_from_query(prompt + " " + response + "</s>", None) == kept
+
+
+@pytest.mark.parametrize("inside", [
+    "Final answer: 2<|im_end|> s", "Final<pad> answer: 5.08 s", "<!<|a|>-- Final answer: 5.08 s -->",
+    "Final answer: 5.08 s\n~<|a|>~Final answer: 1 s~<|a|>~", "x<|a|> Final answer: 5.08 s <|b|>y",
+])
+def test_token_shaped_text_inside_the_response_stays(inside: str) -> None:
+    # a policy can type "<|a|>": deleting it would join what it separates, grading the text
+    # differently than every other route; only the template's own edges go
+    prompt, eot = TEMPLATES["chatml"]
+    assert response_from_query(prompt + inside + eot + "<|endoftext|><pad>", prompt) == inside
+
+
+def test_a_long_run_of_padding_is_cut_in_linear_time() -> None:
+    prompt, eot = TEMPLATES["chatml"]
+    query = prompt + RESPONSE + eot + "<pad>" * 200_000 + "</s>" * 50_000
+    assert response_from_query(query, prompt) == RESPONSE

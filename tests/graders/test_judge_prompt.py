@@ -25,7 +25,9 @@ VERDICTS = [
     ("<think>hmm yes maybe</think> No.", False),
     ("the opener was stripped by the server</think>\nno", False),
     ("Verdict: yes", True), ("Answer: no", False), ("**Final verdict:** no", False),
-    ("Correct: yes", True), ('{"verdict": "yes"}', True), ('{"verdict": "no"}', False),
+    ("Correct: yes", True),
+    # a JSON object is read only in json_schema mode: here it is what a judge echoing the response gives
+    ('{"verdict": "yes"}', None), ('{"verdict": "no"}', None),
     # not verdicts: chatty, quoted, labelled later, negated labels, unfinished reasoning
     ("", None), (None, None), ("maybe", None), ("yesterday it was fine", None),
     ("It depends on how you look at it.", None), ("nobody knows", None), ("<think>yes</think>", None),

@@ -5,6 +5,7 @@ and in a real Redis shared by replicas."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from app.graders.result import Outcome
 from app.grading.budgets import GradeBudgets
 from app.grading.models import GradeRequest, InlineReference
 from app.grading.service import GradingService
+from app.observability import GRADES  # the counter /metrics reads
 from app.quantities import parse_quantity
 from app.settings import Settings
 from app.tasks.registry import get_bank
@@ -197,3 +199,44 @@ def test_budgets_are_set_per_tenant_in_the_tenants_file(tmp_path: Path):
         with pytest.raises(TenantsFileError):
             load_tenants(path)
 
+
+
+# ---- held out: the reward itself is pass or fail --------------------------------------------------
+
+
+def test_partial_credit_is_not_applied_on_a_held_out_rows_item_and_says_so():
+    service = GradingService(settings(held_out={"splits": ["tasks"]}))
+    bank = get_bank("tasks", settings())
+    task = next(t for t in bank.batch(seed=0, n=bank.size() or 0) if len(t.gold) >= 2)
+    rows = [dict(r) for r in task.gold]
+    field = next(k for k, v in rows[0].items() if isinstance(v, int | float) and not isinstance(v, bool))
+    rows[0][field] = rows[0][field] * 3 + 1
+    completion = "```json\n" + json.dumps({"rows": rows}) + "\n```"
+    # the same grade on a training split earns a share of the rows: the held-out one may not
+    training = asyncio.run(GradingService(settings()).grade(
+        GradeRequest(task_id=task.id, completion=completion, partial_credit=True), reward_only=True))
+    assert 0.0 < training.reward < 1.0
+    for reward_only in (True, False):
+        result = asyncio.run(service.grade(GradeRequest(task_id=task.id, completion=completion,
+                                                        partial_credit=True), reward_only=reward_only))
+        assert result.reward == 0.0 and result.outcome is Outcome.incorrect
+        assert result.details["partial_credit_not_applied"] is True
+    right_rows = "```json\n" + json.dumps({"rows": [dict(r) for r in task.gold]}) + "\n```"
+    assert grade(service, task_id=task.id, completion=right_rows, partial_credit=True).reward == 1.0
+
+
+def test_a_held_out_grade_is_counted_as_its_response_shows_it():
+    service = GradingService(settings())
+    task = next(t for t in exam_numeric(20) if parse_quantity(t.gold[0]).dimension
+                != parse_quantity("1 FLOPs").dimension)
+
+    def count(outcome: str) -> float:
+        return sum(s.value for m in GRADES.collect() for s in m.samples
+                   if s.name.endswith("_total") and s.labels.get("split") == "exam"
+                   and s.labels.get("outcome") == outcome)
+
+    before = count("unit_mismatch"), count("incorrect")
+    raw = asyncio.run(service.grade(GradeRequest(task_id=task.id, completion="Final answer: 7 FLOPs"),
+                                    reward_only=True))
+    assert raw.outcome is Outcome.unit_mismatch  # the raw result (operators who reveal see it)
+    assert (count("unit_mismatch"), count("incorrect")) == (before[0], before[1] + 1)
