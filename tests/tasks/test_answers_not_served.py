@@ -25,11 +25,8 @@ FINITE_SPLITS = ("book", "exam", "tasks", "impl")
 
 # task id -> why the matching figure in the prompt is an input, not the answer
 COINCIDENCES = {
-    "book/transformers/q8": "4e3 is d_model of an earlier question; the batch size 3840 is computed from expert "
-                            "counts (within 5% of 4e3 by chance)",
     "book/applied-inference/q5": "the slice sizes 16, 8 and 4 chips are computed from memory; the prompt's 16, "
                                  "8 and 4 are an HBM size, a head count and mesh sides",
-    "exam/tpus/003": "16 is the side of the 16x16 torus; the hop count 8 + 8 = 16 must be worked out",
 }
 
 
