@@ -33,9 +33,9 @@ def node_allgather(n, w, nbytes):
 
 
 @numeric(4, ("gpus.collectives", "gpus.fat-tree"), "s", """
-    Across nodes, an AllReduce without in-network reduction costs twice an AllGather, and an
-    AllGather of B bytes costs about B divided by the node egress bandwidth. With {w} bytes/s of
-    egress per node, how long does an AllReduce of {nbytes} bytes take?""",
+    Across nodes, an AllReduce runs without in-network reduction, limited by each node's egress
+    bandwidth of {w} bytes/s; ignore latency and the (N - 1)/N factor. How long does an AllReduce
+    of {nbytes} bytes take?""",
     w=4e11, nbytes=1.4e10)
 def cross_node_allreduce(w, nbytes):
     return 2 * nbytes / w
@@ -59,8 +59,9 @@ def moe_dp_batch(k, e, peak, w):
 
 
 @numeric(7, "gpus.rooflines", "GPUs", """
-    Tensor parallelism over Y GPUs stays compute-bound while Y < F W / C. With d_ff = F = {f},
-    {w} bytes/s of NVLink egress per GPU and {peak} FLOPs/s per GPU, what is the limit on Y?""",
+    Tensor parallelism over Y GPUs of one node shards an MLP with d_ff = {f}. Each GPU has {w}
+    bytes/s of NVLink egress and {peak} FLOPs/s. Up to what Y does the tensor-parallel matmul stay
+    compute-bound?""",
     f=53248, w=9e11, peak=2.3e15)
 def gpu_tp_limit(f, w, peak):
     return f * w / peak

@@ -47,10 +47,10 @@ def max_batch(params, bpp, chips, hbm, kvtok, seqlen):
 
 
 @numeric(5, "inference.sharding", "chips", """
-    During decode with model parallelism over Y chips, each chip moves activations costing 2BD
-    bytes over ICI at {wici} bytes/s, and streams 2DF / Y bytes of weights from HBM at {whbm}
-    bytes/s. For a batch of B = {batch} tokens and MLP width F = {f}, what is the largest Y before
-    the ICI transfer takes longer than the weight loading?""",
+    During decode with model parallelism over Y chips, each chip moves the bf16 [B, D] activations
+    over ICI at {wici} bytes/s, and streams its 1/Y share of a bf16 [D, F] weight matrix from HBM
+    at {whbm} bytes/s. For a batch of B = {batch} tokens and MLP width F = {f}, what is the largest
+    Y before the ICI transfer takes longer than the weight loading?""",
     wici=9e10, whbm=8.1e11, batch=32, f=28672)
 def decode_tp_limit(wici, whbm, batch, f):
     return f * wici / (batch * whbm)
@@ -66,9 +66,9 @@ def prefix_cache_saving(requests, prefix, params):
 
 
 @numeric(7, "inference.sharding", "chips", """
-    Model parallelism over Y chips moves B * D * {b} bytes per collective for a decode batch of
-    B = {batch} tokens and width D = {d}. Links carry {w} bytes/s and every hop costs at least {hop}
-    s. Beyond what Y does each chip's share of the transfer become too small to be bandwidth-bound
+    Model parallelism over Y chips moves the [B, D] activations, {b} byte per element, in each
+    collective for a decode batch of B = {batch} tokens and width D = {d}. Links carry {w} bytes/s
+    and every hop costs at least {hop} s. Beyond what Y does each chip's share of the transfer become too small to be bandwidth-bound
     (smaller than the bytes a link moves in one hop latency)?""",
     b=1, batch=64, d=8192, w=4.5e10, hop=1e-6)
 def latency_bound_degree(b, batch, d, w, hop):

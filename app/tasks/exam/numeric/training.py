@@ -56,8 +56,8 @@ def mixed_threshold(axes_product, peak, w, f):
 @numeric(6, "training.mixed", "chips", """
     A run mixes FSDP (degree X) with tensor parallelism on {chips} chips, a global batch of
     {batch} tokens and MLP hidden size {f}; FSDP uses {mx} mesh axes and tensor parallelism {my}.
-    Using X_opt = sqrt(B / F * M_X / M_Y * N), what FSDP degree balances the two kinds of
-    communication?""",
+    What FSDP degree X balances the FSDP and the tensor-parallel communication (a real number, not
+    rounded to a divisor)?""",
     chips=2048, batch=2097152, f=16384, mx=2, my=1)
 def fsdp_degree(chips, batch, f, mx, my):
     return fm.optimal_fsdp(batch, f, mx, my, chips)
@@ -93,9 +93,9 @@ def step_time(params, batch, chips, peak, mfu):
 
 
 @numeric(10, "training.pipeline-dcn", "", """
-    A naive pipeline schedule has {stages} stages; its bubble is the idle fraction
-    (S - 1) / (M + S - 1) of the schedule for M microbatches. How many microbatches bring the bubble
-    down to {target} (a fraction)?""",
+    A naive pipeline schedule (every microbatch's forward pass, then every backward pass, one stage
+    at a time) has {stages} stages. How many microbatches bring its bubble, the idle fraction of the
+    schedule, down to {target} (a fraction; a real number, not rounded)?""",
     stages=16, target=0.1)
 def microbatches_for_bubble(stages, target):
     # (S - 1) / (M + S - 1) = t  <=>  M = (S - 1) (1 - t) / t
