@@ -68,8 +68,9 @@ def prefix_cache_saving(requests, prefix, params):
 @numeric(7, "inference.sharding", "chips", """
     Model parallelism over Y chips moves the [B, D] activations, {b} byte per element, in each
     collective for a decode batch of B = {batch} tokens and width D = {d}. Links carry {w} bytes/s
-    and every hop costs at least {hop} s. Beyond what Y does each chip's share of the transfer become too small to be bandwidth-bound
-    (smaller than the bytes a link moves in one hop latency)?""",
+    and every hop costs at least {hop} s. Beyond what Y does each chip's share of the transfer
+    become too small to be bandwidth-bound (smaller than the bytes a link moves in one hop
+    latency)?""",
     b=1, batch=64, d=8192, w=4.5e10, hop=1e-6)
 def latency_bound_degree(b, batch, d, w, hop):
     return batch * d * b / (w * hop)
