@@ -22,6 +22,8 @@ from app.tasks.book.hardware_tables import ChipRecord, chip_records, chips_named
 from app.tasks.book.keys import book_keys, keys_digest
 from app.tasks.book.markdown import to_markdown
 from app.tasks.book.parser import DETAILS_OPEN, PARSER_VERSION, ParsedQuestion, Span, is_fence, parse_chapter
+from app.tasks.book.solutions import SOLUTIONS
+from app.tasks.difficulty import difficulty_tags
 from app.tasks.key_content import item_ids, key_content
 
 if TYPE_CHECKING:
@@ -247,6 +249,7 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
                         "section": q.section,
                         "chips": named,
                         "ask": ann.ask,
+                        **(difficulty_tags(SOLUTIONS[key]) if keys else {}),
                         "source": {
                             "repository": source.REPOSITORY,
                             "commit": source.COMMIT,

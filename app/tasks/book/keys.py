@@ -20,7 +20,7 @@ from app.tasks.book.solutions import solve
 # formula or hardware figure is never served from a bank cached before the change.
 _KEY_CODE = tuple(
     Path(__file__).parents[1] / name
-    for name in ("book/keys.py", "book/solutions.py", "formulas.py", "hardware.py")
+    for name in ("book/keys.py", "book/solutions.py", "formulas.py", "hardware.py", "difficulty.py")
 )
 
 
