@@ -281,8 +281,7 @@ def training_memory(d: Draws) -> Generated:
         f"chips ({chip.hbm_bytes:.6g} bytes of HBM each) are needed just to hold it, sharded evenly? "
         "Round the chip count up. " + _answer_many("<bytes> bytes", "<n> chips")
     )
-    return Generated(prompt, (_q(total, "bytes"), _q(chips, "chips")), "training",
-                     ("training.memory", "training.fsdp"),
+    return Generated(prompt, (_q(total, "bytes"), _q(chips, "chips")), "training", ("training.memory",),
                      {"params": params, "master_copy": master, "hbm_bytes": chip.hbm_bytes})
 
 

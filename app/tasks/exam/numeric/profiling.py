@@ -57,7 +57,7 @@ def dot_slowdown(b, d, f, t, peak):
     return t / fm.compute_time(fm.matmul_flops(b, d, f), peak)
 
 
-@numeric(7, ("profiling.memory", "profiling.stack"), "B", """
+@numeric(7, ("profiling.memory", "training.memory"), "B", """
     A compiled program's memory viewer lists {layers} saved activations per layer, each a bf16
     array ({b} bytes per element) of shape [{tokens}, {d}], for {n} layers. How many bytes do
     these activations take?""",

@@ -84,7 +84,7 @@ def bubble(stages, micro):
     return fm.pipeline_bubble(stages, micro)
 
 
-@numeric(9, ("training.mixed", "training.fsdp"), "s", """
+@numeric(9, ("applied-training.duration", "transformers.6nd"), "s", """
     A {params}-parameter model trains on batches of {batch} tokens across {chips} chips of {peak}
     FLOPs/s at {mfu} model FLOPs utilisation (a fraction). How long does one step take?""",
     params=3e10, batch=4194304, chips=2048, peak=4.59e14, mfu=0.5)
