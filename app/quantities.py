@@ -70,7 +70,7 @@ _COUNT_WORDS = frozenset(
     "GPU GPUs gpu gpus TPU TPUs tpu tpus step steps sequence sequences seq seqs head heads example "
     "examples sample samples hop hops node nodes host hosts replica replicas core cores element "
     "elements weight weights query queries request requests user users cycle cycles server servers "
-    "pod pods slice slices batch batches expert experts".split()
+    "pod pods slice slices batch batches expert experts microbatch microbatches stage stages".split()
 )
 
 # Exact spellings -> pint expression. Case matters: "FLOPS" (rate) differs from "FLOPs" (count),
