@@ -32,6 +32,9 @@ class Coverage:
     # item id -> task ids carrying its tag although they do not compute what it needs
     # (app/tasks/tag_check.py); such tasks are not counted in ``counts``
     mistagged: dict[str, list[str]] = field(default_factory=dict)
+    # question id -> why the split does not serve it (a bank's exclusions, such as the book's
+    # questions that a judge cannot grade)
+    excluded: dict[str, str] = field(default_factory=dict)
 
     def uncovered(self) -> list[str]:
         return [item for item, per in self.counts.items() if not any(per.values())]
@@ -59,6 +62,7 @@ class Coverage:
             "uncovered": self.uncovered(),
             "mistagged": {item: ids for item, ids in self.mistagged.items() if ids},
             "covered_only_by_mistagged": self.covered_only_by_mistagged(),
+            "excluded": dict(self.excluded),
             "chapters": chapters,
         }
 
@@ -92,6 +96,8 @@ def compute_coverage(settings: Settings, splits: list[str] | None = None) -> Cov
             cov.unavailable[split] = f"{type(exc).__name__}: {exc}"[:300]
             continue
         cov.basis[split] = basis
+        for exclusion in getattr(registry.get_bank(split, settings), "exclusions", ()):
+            cov.excluded[exclusion.id] = exclusion.reason
         for task in tasks:
             wrong = mistagged(task)
             for tag in set(task.tags):
@@ -131,6 +137,10 @@ def render_markdown(cov: Coverage) -> str:
         lines.append(f"- `{item_id}`: not counted for {len(ids)} mis-tagged task(s): {', '.join(ids[:5])}.")
     for split, basis in cov.basis.items():
         lines.append(f"- `{split}`: counted over {basis}.")
+    if cov.excluded:
+        lines.append("")
+        lines.append(f"Excluded from their splits ({len(cov.excluded)}):")
+        lines += [f"- `{qid}`: {why}" for qid, why in sorted(cov.excluded.items())]
     for split, why in cov.unavailable.items():
         lines.append(f"- `{split}`: unavailable ({why}).")
     return "\n".join(lines)

@@ -46,3 +46,18 @@ def test_the_memory_tasks_of_the_tasks_split_count_for_training_memory() -> None
     cov = compute_coverage(Settings(), ["tasks"])
     assert cov.counts["training.memory"]["tasks"] >= 4
     assert cov.covered_only_by_mistagged() == [] and cov.mistagged == {}
+
+
+JUDGE_EXCLUDED = ["book/jax-stuff/q1", "book/jax-stuff/q2", "book/gpus/q22", "book/applied-inference/q9",
+                  "book/roofline/q3", "book/gpus/q12", "book/sharding/q8", "book/sharding/q10"]
+
+
+def test_coverage_lists_the_judge_items_a_judge_cannot_grade_with_their_reason() -> None:
+    from app.tasks.coverage import render_markdown
+
+    cov = compute_coverage(Settings(), ["book"])
+    served = {t.id for t in get_bank("book", Settings()).tasks()}
+    for qid in JUDGE_EXCLUDED:
+        assert qid not in served
+        assert cov.excluded[qid].startswith("Not judgeable:"), qid
+        assert f"`{qid}`: Not judgeable" in render_markdown(cov)
