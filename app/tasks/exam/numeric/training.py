@@ -104,14 +104,14 @@ def microbatches_for_bubble(stages, target):
     return (stages - 1) * (1 - target) / target
 
 
-@numeric(11, "training.cross-pod", "", """
-    Pods train with pure data parallelism over DCN. The cross-pod gradient AllReduce stays hidden
-    behind compute while each pod's share of the global batch exceeds C / W_dcn tokens, where each
-    chip computes at C = {peak} FLOPs/s and has W_dcn = {dcn} bytes/s of DCN egress. With a global
-    batch of {batch} tokens, how many pods can join at most?""",
+@numeric(11, "training.cross-pod", "pods", """
+    Pods train with pure data parallelism over DCN, the cross-pod gradient AllReduce overlapping
+    with compute. Each chip computes at {peak} FLOPs/s and has {dcn} bytes/s of DCN egress. With a
+    global batch of {batch} tokens, what is the largest whole number of pods for which the
+    AllReduce stays hidden behind compute?""",
     peak=4.59e14, dcn=6.25e9, batch=4194304)
 def max_pods(peak, dcn, batch):
-    return batch / (peak / dcn)
+    return math.floor(batch / (peak / dcn))  # each pod's share must exceed C / W_dcn tokens
 
 
 # ---- pipelines without bubbles ---------------------------------------------------------------
