@@ -112,16 +112,19 @@ def computed_values(fn: Callable[[], Any], inputs: Iterable[float] = ()) -> tupl
     """(intermediates, finals) of running ``fn``: every number a called function returned or a
     local held at return, less the final answers, the literals of ``fn``'s own source and the
     given ``inputs`` (data such as spec-table figures and model constants)."""
-    seen: list[float] = []
+    seen: set[float] = set()
     target = fn.__code__
+    # Only the solution's own module and the shared formulas: a helper that loads a table on
+    # first use (and every library below it) would add thousands of unrelated numbers.
+    modules = {fn.__module__, "app.tasks.formulas"}
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
-        if event != "return":
+        if event != "return" or frame.f_globals.get("__name__") not in modules:
             return
-        seen.extend(_numbers(arg))
+        seen.update(_numbers(arg))
         if frame.f_code is target or (frame.f_back is not None and frame.f_back.f_code is target):
             for value in frame.f_locals.values():
-                seen.extend(_numbers(value))
+                seen.update(_numbers(value))
 
     previous = sys.getprofile()
     sys.setprofile(profile)
