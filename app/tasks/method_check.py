@@ -18,11 +18,10 @@ import ast
 import inspect
 import math
 import re
-import sys
 import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from types import FrameType
+from types import FunctionType, ModuleType, SimpleNamespace
 from typing import Any
 
 from app.quantities import find_quantities
@@ -109,35 +108,82 @@ def _literals(fn: Callable[..., Any]) -> set[float]:
 
 
 def computed_values(fn: Callable[[], Any], inputs: Iterable[float] = ()) -> tuple[set[float], set[float]]:
-    """(intermediates, finals) of running ``fn``: every number a called function returned or a
-    local held at return, less the final answers, the literals of ``fn``'s own source and the
-    given ``inputs`` (data such as spec-table figures and model constants)."""
+    """(intermediates, finals) of running ``fn``: every number a helper it calls returned or one
+    of its assignments held, less the final answers, the literals of ``fn``'s own source and the
+    given ``inputs`` (data such as spec-table figures and model constants).
+
+    No tracer or profiler: on recent Pythons turning one on re-instruments every code object
+    loaded (minutes in a process that has imported JAX). Instead the solution's source is
+    recompiled with each assignment recorded, and the shared formulas and the module's own
+    helpers are called through recording wrappers."""
     seen: set[float] = set()
-    target = fn.__code__
-    # Only the solution's own module and the shared formulas: a helper that loads a table on
-    # first use (and every library below it) would add thousands of unrelated numbers.
-    modules = {fn.__module__, "app.tasks.formulas"}
 
-    def profile(frame: FrameType, event: str, arg: Any) -> None:
-        if event != "return" or frame.f_globals.get("__name__") not in modules:
-            return
-        seen.update(_numbers(arg))
-        if frame.f_code is target or (frame.f_back is not None and frame.f_back.f_code is target):
-            for value in frame.f_locals.values():
-                seen.update(_numbers(value))
+    def record(value: Any) -> Any:
+        seen.update(_numbers(value))
+        return value
 
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
+    def wrapped(helper: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return record(helper(*args, **kwargs))
+        return call
+
+    scope = dict(fn.__globals__)
+    for name, value in list(scope.items()):
+        if isinstance(value, FunctionType) and value.__module__ == fn.__module__ and value is not fn:
+            scope[name] = wrapped(value)
+        elif isinstance(value, ModuleType) and value.__name__ == "app.tasks.formulas":
+            scope[name] = SimpleNamespace(**{
+                k: wrapped(v) if isinstance(v, FunctionType) else v for k, v in vars(value).items()
+            })
+    scope["__record__"] = record
+    compiled = _recording(fn)
+    if compiled is None:
         finals = set(_numbers(fn()))
-    finally:
-        sys.setprofile(previous)
+    else:
+        namespace: dict[str, Any] = {}
+        exec(compiled, scope, namespace)
+        finals = set(_numbers(namespace[fn.__name__]()))
     data = _literals(fn) | set(inputs)
     intermediates = {
         v for v in seen
         if abs(v) >= _SMALL and not any(_close(v, f) for f in finals) and not any(_close(v, d) for d in data)
     }
     return intermediates, finals
+
+
+class _RecordAssignments(ast.NodeTransformer):
+    """``x = expr`` -> ``x = __record__(expr)`` (and the same for ``x += expr``)."""
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        self.generic_visit(node)
+        node.value = ast.Call(ast.Name("__record__", ast.Load()), [node.value], [])
+        return node
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        self.generic_visit(node)
+        node.value = ast.Call(ast.Name("__record__", ast.Load()), [node.value], [])
+        return node
+
+    def visit_Return(self, node: ast.Return) -> ast.AST:
+        self.generic_visit(node)
+        if node.value is not None:
+            node.value = ast.Call(ast.Name("__record__", ast.Load()), [node.value], [])
+        return node
+
+
+def _recording(fn: Callable[..., Any]) -> Any:
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return None
+    tree = ast.parse(source)
+    func = tree.body[0] if tree.body else None
+    if not isinstance(func, ast.FunctionDef):
+        return None
+    func.decorator_list = []
+    func.name = fn.__name__
+    tree = ast.fix_missing_locations(_RecordAssignments().visit(tree))
+    return compile(tree, inspect.getsourcefile(fn) or "<solution>", "exec")
 
 
 def _close(a: float, b: float) -> bool:
