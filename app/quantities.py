@@ -23,6 +23,8 @@ from typing import cast
 import pint
 from pint.util import UnitsContainer
 
+from app.arithmetic import evaluate_at
+
 _REGISTRY_FILE = Path(__file__).with_name("units.txt")
 
 
@@ -36,6 +38,17 @@ class Quantity:
     value: float  # in base units (bytes, seconds, flops)
     dimension: str  # e.g. "[information] / [time]", "dimensionless"
     text: str  # as written
+    # "70.6B" alone is 70.6 bytes or 70.6 billion: the second reading, a count, used only
+    # against a gold that is a count (parameters, tokens); None when the text has one reading.
+    count_value: float | None = None
+
+    def reading(self, dimension: str) -> float | None:
+        """This quantity's value read in ``dimension``, or None if it cannot be read so."""
+        if dimension == self.dimension:
+            return self.value
+        if dimension == DIMENSIONLESS and self.count_value is not None:
+            return self.count_value
+        return None
 
     @property
     def dimensionless(self) -> bool:
@@ -56,7 +69,8 @@ _COUNT_WORDS = frozenset(
     "chip chips token tokens tok toks layer layers param params parameter parameters device devices "
     "GPU GPUs gpu gpus TPU TPUs tpu tpus step steps sequence sequences seq seqs head heads example "
     "examples sample samples hop hops node nodes host hosts replica replicas core cores element "
-    "elements weight weights query queries request requests user users".split()
+    "elements weight weights query queries request requests user users cycle cycles server servers "
+    "pod pods slice slices batch batches expert experts microbatch microbatches stage stages".split()
 )
 
 # Exact spellings -> pint expression. Case matters: "FLOPS" (rate) differs from "FLOPs" (count),
@@ -73,8 +87,10 @@ _BASES: dict[str, str] = {
     **{w: "second" for w in ("s", "sec", "secs", "second", "seconds")},
     **{w: "minute" for w in ("min", "mins", "minute", "minutes")},
     **{w: "hour" for w in ("h", "hr", "hrs", "hour", "hours")},
-    **{w: "day" for w in ("day", "days")},
-    **{w: "week" for w in ("week", "weeks")},
+    **{w: "day" for w in ("d", "day", "days")},
+    **{w: "week" for w in ("wk", "wks", "week", "weeks")},
+    **{w: "year" for w in ("yr", "yrs", "year", "years")},
+    **{w: "hertz" for w in ("Hz", "hertz")},
     "%": "percent",
     "percent": "percent",
     # Queries per second: a count rate, the same dimension as "queries/s" and "tokens/s".
@@ -91,8 +107,12 @@ _SHORT_PREFIXES = {
 }
 _TIME_PREFIXES = frozenset({"p", "n", "µ", "μ", "u", "m"})
 _LARGE_PREFIXES = frozenset(_SHORT_PREFIXES) - _TIME_PREFIXES
+_DECIMAL_PREFIXES = frozenset(p for p in _SHORT_PREFIXES if "i" not in p)
 _PREFIXABLE = {
-    "second": _TIME_PREFIXES,
+    # Every SI prefix on seconds and hertz ("ks", "GHz", "mHz"); binary ones only on bytes,
+    # bits and operations, where they are used.
+    "second": _DECIMAL_PREFIXES,
+    "hertz": _DECIMAL_PREFIXES,
     "byte": _LARGE_PREFIXES,
     "bit": _LARGE_PREFIXES,
     "flop": _LARGE_PREFIXES,
@@ -107,15 +127,19 @@ _LONG_PREFIXES = (
     "kibi", "mebi", "gibi", "tebi", "pebi", "exbi",
 )
 _LONG_BASES = {"byte": "byte", "bytes": "byte", "bit": "bit", "bits": "bit", "flop": "flop",
-               "flops": "flop", "second": "second", "seconds": "second", "op": "op", "ops": "op"}
+               "flops": "flop", "second": "second", "seconds": "second", "op": "op", "ops": "op",
+               "hertz": "hertz"}
 
 _MULTIPLIER_WORDS = {
     "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "quadrillion": 1e15,
     "mn": 1e6, "bn": 1e9, "tn": 1e12,
 }
-# A letter glued to a number is a multiplier only before a count word ("70B params", "1.5T
-# tokens"); alone, "80B" stays 80 bytes.
+# A letter after a number, ending its word, is a multiplier: "1.5M", "16K tokens", "3.2T FLOPs".
+# "B" is one too before a count or operation word ("70B params", "5B FLOPs"); alone ("70.6B",
+# "212B total") it is bytes or billions, and which one depends on what the gold measures
+# (Quantity.count_value).
 _SUFFIX_MULTIPLIERS = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+_MULTIPLIED_BASES = frozenset({"count", "flop", "op"})
 
 
 def _atom_to_unit(atom: str) -> str | None:
@@ -170,39 +194,75 @@ def combine(words: tuple[tuple[str, str], ...]) -> tuple[float, str]:
 _LATEX_WRAPPERS = re.compile(r"\\(?:text|mathrm|textrm|mathbf|textbf|operatorname|mbox|mathit|rm)\s*\{([^{}]*)\}")
 # \phantom{...} takes up space but shows nothing: what it holds is not part of the answer.
 _LATEX_PHANTOM = re.compile(r"\\[hv]?phantom\s*\{[^{}]*\}")
-_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+# \frac{a}{b}, \dfrac, \tfrac, \cfrac, and the brace-less \frac13 or \frac1{3}.
+_LATEX_FRAC = re.compile(
+    r"\\[dtc]?frac\s*(?:\{([^{}]*)\}|([0-9A-Za-z]))\s*(?:\{([^{}]*)\}|([0-9A-Za-z]))"
+)
+_LATEX_ROOT = re.compile(r"\\sqrt\s*(?:\[([^\[\]{}]*)\])?\s*(?:\{([^{}]*)\}|([0-9A-Za-z]))")
+# Arithmetic the evaluator reads (app/arithmetic.py): digits, operators, brackets, roots, pi.
+_ARITHMETIC_ONLY = re.compile(r"[\d\s.,+\-*/^()×·√π]*")
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,4})?")
 # SI digit groups: "1 234 567" with thin or no-break spaces (or LaTeX "\,") is one number.
 _LATEX_THIN_GROUP = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 _SI_GROUP = re.compile(r"(?<=\d)[\u2009\u202f\u00a0](?=\d{3}(?!\d))")
+# "1 000" and "12 345 678": digit groups of three after a plain space form one number. The first
+# group has one to three digits and no digit, point or comma stands right before it, so decimals
+# ("1.5 000") and lists with commas are left alone.
+_SPACE_GROUP = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?: \d{3})+(?![\d.,]\d| ?\d)")
+
+
+def _join_groups(m: re.Match[str]) -> str:
+    return m.group().replace(" ", "")
+
+
 _SUPERSCRIPT = re.compile("[\u2070\u00b9\u00b2\u00b3\u2074-\u2079\u207a\u207b]+")
 _SUPERSCRIPT_ASCII = str.maketrans("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207a\u207b",
                                    "0123456789+-")
 
 
 def _frac(m: re.Match[str]) -> str:
-    """\\frac{a}{b}: a number when both parts are numbers, else "a / b" (units such as
-    \\frac{TB}{s})."""
-    top, bottom = m.group(1).strip(), m.group(2).strip()
-    if _PLAIN_NUMBER.fullmatch(top) and _PLAIN_NUMBER.fullmatch(bottom):
-        denominator = float(bottom)
-        return f" {float(top) / denominator:.12g} " if denominator else " "
+    """\\frac{a}{b}: the division "(a)/(b)" when both parts are arithmetic (the evaluator
+    reads it, a leading minus included), else "a / b" (units such as \\frac{TB}{s})."""
+    top = (m.group(1) if m.group(1) is not None else m.group(2)).strip()
+    bottom = (m.group(3) if m.group(3) is not None else m.group(4)).strip()
+    if top and bottom and _ARITHMETIC_ONLY.fullmatch(top) and _ARITHMETIC_ONLY.fullmatch(bottom):
+        return f"({top})/({bottom})"
     return f" {top} / {bottom} "
+
+
+def _root(m: re.Match[str]) -> str:
+    """\\sqrt{x} -> √(x); \\sqrt[n]{x} -> (x)^(1/(n)): a value the evaluator reads, so that
+    "4\\sqrt{2}" is 5.66, never the leading 4."""
+    index = m.group(1)
+    radicand = (m.group(2) if m.group(2) is not None else m.group(3)).strip()
+    if index is None:
+        return f"√({radicand})"
+    return f"(({radicand})^(1/({index.strip() or 2})))"
 
 
 def _superscripts(m: re.Match[str]) -> str:
     return "^" + m.group().translate(_SUPERSCRIPT_ASCII)
 
 
-_LATEX_SIMPLE = [
-    (_LATEX_THIN_GROUP, ""),
-    (re.compile(r"\\[,;:! ]|\\quad|\\qquad|~"), " "),
-    (re.compile(r"\\pm|\\mp"), "±"),
+# Operators and exponent groups first, so that a fraction or root holding them ("\frac{2^{10}}{4}",
+# "\frac{15 \times 10^9}{9}") is arithmetic the evaluator reads.
+_LATEX_OPERATORS = [
     (re.compile(r"\\times"), "×"),
     (re.compile(r"\\cdot"), "·"),
+    (re.compile(r"\\div\b"), "/"),
+    (re.compile(r"\\pi\b"), "π"),
+    (re.compile(r"\\(?:left|right|displaystyle)"), ""),
+    (re.compile(r"\^\s*\{([^{}]*)\}"), r"^(\1)"),
+]
+_LATEX_SIMPLE = [
+    (_LATEX_THIN_GROUP, ""),
+    # display and inline math delimiters: \[ 9 \], \( 9 \)
+    (re.compile(r"\\[\[\]()]"), " "),
+    (re.compile(r"\\(?:approx|simeq|sim)\b"), "≈"),
+    (re.compile(r"\\[,;:! ]|\\quad|\\qquad|~"), " "),
+    (re.compile(r"\\pm|\\mp"), "±"),
     (re.compile(r"\\mu\s*"), "µ"),
     (re.compile(r"\\%"), "%"),
-    (re.compile(r"\\(?:left|right|displaystyle)"), ""),
     (re.compile(r"\{,\}"), ","),
     (re.compile(r"\$"), " "),
     (re.compile(r"[{}]"), ""),  # grouping braces left after the wrappers: "{2}", "10^{9}"
@@ -217,9 +277,17 @@ def normalise_text(text: str) -> str:
             if new == text:
                 break
             text = new
-        text = _LATEX_FRAC.sub(_frac, text)
+        for pattern, repl in _LATEX_OPERATORS:
+            text = pattern.sub(repl, text)
+        for _ in range(3):  # nested fractions and roots, innermost first
+            new = _LATEX_ROOT.sub(_root, _LATEX_FRAC.sub(_frac, text))
+            if new == text:
+                break
+            text = new
         for pattern, repl in _LATEX_SIMPLE:
             text = pattern.sub(repl, text)
+    if " " in text:
+        text = _SPACE_GROUP.sub(_join_groups, text)
     if text.isascii():
         return text
     text = _SUPERSCRIPT.sub(_superscripts, _SI_GROUP.sub("", text))
@@ -317,6 +385,48 @@ def _skip_error_term(text: str, pos: int, *, with_unit: bool) -> int:
     return end
 
 
+# Where an expression starts without a digit: "(9+1)", "-(10)/(9)", "√2", "π".
+_EXPRESSION_START = re.compile(r"(?<![\w.^)])(?:-[ \t]*)?[(√π]")
+# Math right after a quantity that changes its value ("80 GB × 2", "4 \\log 2", "1 s^2"): the
+# quantity is not the value written, so it is read as unreadable and matches no gold.
+_TRAILING_MATH = re.compile(
+    r"[ \t]*(?:[×·*^√π!]|[+/][ \t]*[\d(.]|\\(?:log|ln|exp|lg|sin|cos|tan|binom|choose|sum|prod|int|"
+    r"lfloor|lceil|sqrt|frac|cdot|times)\b)"
+)
+
+
+class _Starts:
+    """The next place a quantity may start: a number (its match) or an expression opener. Each
+    search result is kept until the scan passes it, so text with thousands of openers before one
+    number ("((((...2") is searched once, not once per opener (quadratic)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.openers = "(" in text or "√" in text or "π" in text
+        self._number: re.Match[str] | None = None
+        self._number_from = -1  # the search for a number started here found self._number
+        self._opener: re.Match[str] | None = None
+        self._opener_from = -1
+
+    def _cached(self, pattern: re.Pattern[str], pos: int, found: re.Match[str] | None, start: int) -> bool:
+        return start >= 0 and start <= pos and (found is None or found.start() >= pos)
+
+    def next(self, pos: int) -> tuple[int, re.Match[str] | None] | None:
+        if not self._cached(_NUMBER, pos, self._number, self._number_from):
+            self._number, self._number_from = _NUMBER.search(self.text, pos), pos
+        number = self._number
+        opener = None
+        if self.openers:
+            if not self._cached(_EXPRESSION_START, pos, self._opener, self._opener_from):
+                self._opener, self._opener_from = _EXPRESSION_START.search(self.text, pos), pos
+            opener = self._opener
+        if opener is not None and (number is None or opener.start() < number.start()):
+            return opener.start(), None
+        if number is None:
+            return None
+        return number.start(), number
+
+
 def find_quantities(text: str) -> list[Quantity]:
     """Every quantity in the text, in order of appearance."""
     text = normalise_text(text)
@@ -326,29 +436,65 @@ def find_quantities(text: str) -> list[Quantity]:
     # word holds an "n" (no other character matches one, even case-insensitively).
     error_terms = "±" in text or "+" in text
     multipliers = "n" in text or "N" in text
-    while (m := _NUMBER.search(text, pos)) is not None:
-        value = _number_value(m)
-        pos = _skip_error_term(text, m.end(), with_unit=False) if error_terms else m.end()
-        mult = _MULTIPLIER.match(text, pos) if multipliers else None
-        if mult:
-            value *= _MULTIPLIER_WORDS[mult.group(1).lower()]
-            pos = mult.end()
-        elif pos < len(text) and text[pos] in _SUFFIX_MULTIPLIERS:
-            after = _ATOM.match(text, pos + 1)
-            if after and _BASES.get(after.group(1)) == "count" and text[pos + 1 : after.start(1)].strip() == "":
-                value *= _SUFFIX_MULTIPLIERS[text[pos]]
-                pos += 1
+    starts = _Starts(text)
+    while (start := starts.next(pos)) is not None:
+        at, m = start
+        evaluated = evaluate_at(text, at)
+        if m is None and (evaluated is None or not evaluated.compound):
+            pos = at + 1  # an opener: only a whole expression counts, else read on past it
+            continue
+        if evaluated is not None and evaluated.compound:
+            value, pos = evaluated.value, evaluated.end
+        else:
+            assert m is not None
+            value = _number_value(m)
+            pos = _skip_error_term(text, m.end(), with_unit=False) if error_terms else m.end()
+        value, pos, lone_b = _apply_multiplier(text, pos, value, multipliers)
         words, end = _scan_unit(text, pos)
+        written = text[at:end].strip()[:_MAX_TEXT]
         if words is None:
-            found.append(Quantity(value, DIMENSIONLESS, text[m.start() : pos].strip()[:_MAX_TEXT]))
+            found.append(Quantity(value, DIMENSIONLESS, text[at:pos].strip()[:_MAX_TEXT]))
+            pos = _after_trailing(text, pos, found)
             continue
         if words:
             factor, dimension = combine(words)
         else:
             factor, dimension = 1.0, UNREADABLE
-        found.append(Quantity(value * factor, dimension, text[m.start() : end].strip()[:_MAX_TEXT]))
+        # "70.6B" alone: bytes, or billions when the gold is a count
+        billions = value * _SUFFIX_MULTIPLIERS["B"] if lone_b and words == (("*", "byte"),) else None
+        found.append(Quantity(value * factor, dimension, written, count_value=billions))
         pos = _skip_error_term(text, end, with_unit=True) if error_terms else end
+        pos = _after_trailing(text, pos, found)
     return found
+
+
+def _apply_multiplier(text: str, pos: int, value: float, multipliers: bool) -> tuple[float, int, bool]:
+    """A multiplier word ("billion") or letter ("1.5M", "70B params") after a number. Returns
+    the value, the position after the multiplier, and whether a lone "B" follows (no count or
+    operation word after it): that quantity reads as bytes or billions."""
+    mult = _MULTIPLIER.match(text, pos) if multipliers else None
+    if mult:
+        return value * _MULTIPLIER_WORDS[mult.group(1).lower()], mult.end(), False
+    letter_at = pos + 1 if text[pos : pos + 1] == " " else pos
+    letter = text[letter_at : letter_at + 1]
+    if letter not in _SUFFIX_MULTIPLIERS or text[letter_at + 1 : letter_at + 2].isalpha():
+        return value, pos, False
+    after = _ATOM.match(text, letter_at + 1)
+    before_word = after is not None and text[letter_at + 1 : after.start(1)].strip() == ""
+    word_unit = _BASES.get(after.group(1)) if after is not None and before_word else None
+    if word_unit in _MULTIPLIED_BASES:
+        return value * _SUFFIX_MULTIPLIERS[letter], letter_at + 1, False
+    if letter == "B":
+        return value, pos, True  # "70.6B": the unit scan reads bytes; billions is the other reading
+    return value * _SUFFIX_MULTIPLIERS[letter], letter_at + 1, False
+
+
+def _after_trailing(text: str, pos: int, found: list[Quantity]) -> int:
+    """Marks the quantity just found unreadable when math follows that changes its value."""
+    if pos < len(text) and _TRAILING_MATH.match(text, pos):
+        last = found[-1]
+        found[-1] = Quantity(last.value, UNREADABLE, last.text)
+    return pos
 
 
 _MAX_TEXT = 200  # characters of a quantity's text kept as evidence

@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--split", action="append", dest="splits", metavar="NAME",
                    help="count only this split (repeatable; default: every registered split)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a Markdown table")
-    p.add_argument("--strict", action="store_true", help="exit 1 if any item is uncovered")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 if any item is uncovered (items whose only tasks are mis-tagged count as uncovered)")
     p.set_defaults(func=run)
 
 
@@ -29,4 +30,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cov = compute_coverage(get_settings(), args.splits)
     print(json.dumps(cov.as_dict(), indent=2) if args.json else render_markdown(cov))
+    if args.strict and cov.covered_only_by_mistagged():
+        print("covered only by mis-tagged tasks: " + ", ".join(cov.covered_only_by_mistagged()), file=sys.stderr)
     return 1 if args.strict and (cov.uncovered() or cov.unavailable) else 0

@@ -7,6 +7,7 @@ in a comment or crossed out cannot be graded."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from app.graders.completion import prose, strip_thinking
@@ -102,12 +103,33 @@ def _last_final_line(text: str) -> tuple[int, str] | None:
     rest = text[last.end() :]
     line, _, after = rest.partition("\n")
     line = line.strip().strip("*_").strip()
+    lines = iter(after.split("\n"))
     if not line:  # "Final answer:" alone on its line: the answer is the next non-empty line
-        for nxt in after.split("\n"):
+        for nxt in lines:
             if nxt.strip():
                 line = nxt.strip().strip("*_").strip()
                 break
-    return last.start(), line
+    return last.start(), _with_display_math(line, lines)
+
+
+# Display math opened on the answer line and closed on a later one ("\[" ... "\]", "$$" ... "$$")
+# is one answer: its lines are joined, up to a bound, so the value inside is the one graded.
+_DISPLAY_OPENERS = (("\\[", "\\]"), ("$$", "$$"), ("\\begin{", "\\end{"))
+_MAX_DISPLAY_LINES = 12
+
+
+def _with_display_math(line: str, following: Iterator[str]) -> str:
+    for opener, closer in _DISPLAY_OPENERS:
+        at = line.rfind(opener)
+        if at < 0 or closer in line[at + len(opener) :]:
+            continue
+        parts = [line]
+        for _, nxt in zip(range(_MAX_DISPLAY_LINES), following, strict=False):
+            parts.append(nxt.strip())
+            if closer in nxt:
+                break
+        return " ".join(parts)
+    return line
 
 
 def _last_boxed(text: str) -> tuple[int, str] | None:

@@ -2,7 +2,8 @@
 value of the same physical dimension in the committed answer.
 
 Matching is positional within a dimension: the k-th required time is compared with the k-th
-time the answer states. Extra values earn nothing, and listing many candidates cannot help,
+time the answer states (a quantity with two readings, such as "70.6B", takes part in both
+dimensions, answering one value at most). Extra values earn nothing, and listing many candidates cannot help,
 because only the first of each dimension is compared."""
 
 from __future__ import annotations
@@ -40,22 +41,24 @@ def error_within(err: float, tolerance: float) -> bool:
 def match_values(
     gold: Sequence[Quantity], offered: Sequence[Quantity], *, tolerance: float
 ) -> list[ValueVerdict]:
-    by_dimension: dict[str, list[Quantity]] = {}
-    for q in offered:
-        by_dimension.setdefault(q.dimension, []).append(q)
-    used: dict[str, int] = {}
+    # A quantity with two readings ("70.6B": bytes or billions) is a candidate in both
+    # dimensions, but each stated quantity answers at most one required value.
+    used: set[int] = set()
     verdicts = []
     for g in gold:
-        k = used.get(g.dimension, 0)
-        candidates = by_dimension.get(g.dimension, ())
-        if k < len(candidates):
-            used[g.dimension] = k + 1
-            q = candidates[k]
-            err = relative_error(q.value, g.value)
+        pick = next(
+            ((i, v) for i, q in enumerate(offered) if i not in used and (v := q.reading(g.dimension)) is not None),
+            None,
+        )
+        if pick is not None:
+            i, value = pick
+            used.add(i)
+            q = offered[i]
+            err = relative_error(value, g.value)
             ok = error_within(err, tolerance)
             verdict = ValueVerdict(
                 expected=g.text, expected_si=g.value, dimension=g.dimension, extracted=q.text,
-                extracted_si=q.value, relative_error=err if math.isfinite(err) else None, correct=ok,
+                extracted_si=value, relative_error=err if math.isfinite(err) else None, correct=ok,
                 reason="within tolerance" if ok else "outside tolerance",
             )
         else:

@@ -11,6 +11,7 @@ from app.settings import Settings
 from app.tasks import registry
 from app.tasks.base import Task
 from app.tasks.key_content import item_ids, key_content
+from app.tasks.tag_check import mistagged
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +29,19 @@ class Coverage:
     basis: dict[str, str] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
     unknown_tags: dict[str, int] = field(default_factory=dict)
+    # item id -> task ids carrying its tag although they do not compute what it needs
+    # (app/tasks/tag_check.py); such tasks are not counted in ``counts``
+    mistagged: dict[str, list[str]] = field(default_factory=dict)
+    # question id -> why the split does not serve it (a bank's exclusions, such as the book's
+    # questions that a judge cannot grade)
+    excluded: dict[str, str] = field(default_factory=dict)
 
     def uncovered(self) -> list[str]:
         return [item for item, per in self.counts.items() if not any(per.values())]
+
+    def covered_only_by_mistagged(self) -> list[str]:
+        """Items whose every tagged task is mis-tagged: covered in name only."""
+        return [item for item in self.uncovered() if self.mistagged.get(item)]
 
     def as_dict(self) -> dict[str, Any]:
         chapters = []
@@ -49,6 +60,9 @@ class Coverage:
             "basis": self.basis,
             "unavailable": self.unavailable,
             "uncovered": self.uncovered(),
+            "mistagged": {item: ids for item, ids in self.mistagged.items() if ids},
+            "covered_only_by_mistagged": self.covered_only_by_mistagged(),
+            "excluded": dict(self.excluded),
             "chapters": chapters,
         }
 
@@ -82,9 +96,14 @@ def compute_coverage(settings: Settings, splits: list[str] | None = None) -> Cov
             cov.unavailable[split] = f"{type(exc).__name__}: {exc}"[:300]
             continue
         cov.basis[split] = basis
+        for exclusion in getattr(registry.get_bank(split, settings), "exclusions", ()):
+            cov.excluded[exclusion.id] = exclusion.reason
         for task in tasks:
+            wrong = mistagged(task)
             for tag in set(task.tags):
-                if tag in known:
+                if tag in wrong:
+                    cov.mistagged.setdefault(tag, []).append(task.id)
+                elif tag in known:
                     counts[tag][split] += 1
                 elif "." in tag:
                     cov.unknown_tags[tag] = cov.unknown_tags.get(tag, 0) + 1
@@ -114,8 +133,14 @@ def render_markdown(cov: Coverage) -> str:
     lines.append("")
     lines.append(f"{len(uncovered)} of {len(cov.counts)} key-content items have no task in any split"
                  + (f": {', '.join(uncovered)}." if uncovered else "."))
+    for item_id, ids in sorted(cov.mistagged.items()):
+        lines.append(f"- `{item_id}`: not counted for {len(ids)} mis-tagged task(s): {', '.join(ids[:5])}.")
     for split, basis in cov.basis.items():
         lines.append(f"- `{split}`: counted over {basis}.")
+    if cov.excluded:
+        lines.append("")
+        lines.append(f"Excluded from their splits ({len(cov.excluded)}):")
+        lines += [f"- `{qid}`: {why}" for qid, why in sorted(cov.excluded.items())]
     for split, why in cov.unavailable.items():
         lines.append(f"- `{split}`: unavailable ({why}).")
     return "\n".join(lines)

@@ -44,14 +44,14 @@ def test_a_tampered_book_key_is_reported(service_env) -> None:
     assert [d.task_id for d in result.disagreements] == ["book/tpus/q6"]
 
 
-def test_a_printed_figure_outside_tolerance_must_be_an_accepted_key(service_env) -> None:
+def test_a_printed_figure_outside_tolerance_must_be_explained(service_env) -> None:
     tasks = [
-        replace(t, hidden={**t.hidden, "alternatives": []}) if t.id == "book/inference/q4" else t
+        replace(t, hidden={**t.hidden, "alternatives": [], "differs": None}) if t.id == "book/inference/q4" else t
         for t in _tasks("book", service_env)
     ]
     result = audit_book(tasks)
     assert [d.task_id for d in result.disagreements] == ["book/inference/q4"]
-    assert "not an accepted key" in result.disagreements[0].detail
+    assert "no note says why" in result.disagreements[0].detail
 
 
 def test_a_tampered_exam_key_is_reported(service_env) -> None:

@@ -27,7 +27,6 @@ FINITE_SPLITS = ("book", "exam", "tasks", "impl")
 COINCIDENCES = {
     "book/applied-inference/q5": "the slice sizes 16, 8 and 4 chips are computed from memory; the prompt's 16, "
                                  "8 and 4 are an HBM size, a head count and mesh sides",
-    "exam/tpus/003": "16 is the side of the 16x16 torus; the hop count 8 + 8 = 16 must be worked out",
 }
 
 

@@ -36,8 +36,13 @@ class Annotation:
     reason: str | None = None
     # What the key assumes that the question leaves open (data, conventions): shown in the prompt.
     assume: str | None = None
-    # Why the book's printed figures differ from the computed key (both are then accepted).
+    # Why the book's printed figures lie outside the tolerance of the computed key. The printed
+    # figure is then a wrong answer to the served prompt, and is not accepted, unless ``admits``
+    # is set too.
     differs: str | None = None
+    # The words of the served prompt that admit the reading behind the printed figure as well:
+    # only then is the printed figure a second key. They must occur in the prompt.
+    admits: str | None = None
     # For a question whose answer follows it without an answer block: the literal text where the
     # answer starts inside the question's span (the question is cut there).
     answer_starts: str | None = None
@@ -70,6 +75,7 @@ def _parse(key: str, body: dict) -> Annotation:
         reason=body.get("reason"),
         assume=body.get("assume"),
         differs=body.get("differs"),
+        admits=body.get("admits"),
         answer_starts=body.get("answer_starts"),
         context_redact=tuple(str(f) for f in body.get("context_redact", ())),
     )
@@ -85,8 +91,10 @@ def _parse(key: str, body: dict) -> Annotation:
         raise AnnotationError(f"{key}: only numeric items carry values")
     if grading == "exclude" and not ann.reason:
         raise AnnotationError(f"{key}: an exclusion needs a reason")
-    if grading != "numeric" and (ann.assume or ann.differs):
-        raise AnnotationError(f"{key}: only numeric items carry assume or differs")
+    if grading != "numeric" and (ann.assume or ann.differs or ann.admits):
+        raise AnnotationError(f"{key}: only numeric items carry assume, differs or admits")
+    if ann.admits and not ann.differs:
+        raise AnnotationError(f"{key}: `admits` names the words behind a second key, which needs `differs`")
     return ann
 
 

@@ -31,6 +31,8 @@ from app.tasks.book.parser import (
     is_fence,
     parse_chapter,
 )
+from app.tasks.book.solutions import SOLUTIONS
+from app.tasks.difficulty import difficulty_tags
 from app.tasks.key_content import item_ids, key_content
 
 if TYPE_CHECKING:
@@ -294,6 +296,7 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
                         "section": q.section,
                         "chips": named,
                         "ask": ann.ask,
+                        **(difficulty_tags(SOLUTIONS[key]) if keys else {}),
                         "source": {
                             "repository": source.REPOSITORY,
                             "commit": source.COMMIT,

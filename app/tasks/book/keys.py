@@ -1,6 +1,8 @@
-"""The keys of a numeric book question: the computed answer (solutions.py) first, written in the
-unit of the book's printed figure, and the printed figures as a second accepted key wherever
-they lie outside the split tolerance of the computed ones."""
+"""The keys of a numeric book question: the computed answer (solutions.py), written in the unit
+of the book's printed figure. One key per item: where the printed figure lies outside the split
+tolerance of the computed one (a slip or a rounding in the book), the annotation says why
+(``differs``) and the printed figure is a wrong answer to the served prompt. It becomes a second
+key only where the served prompt's own words admit the reading behind it (``admits``)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from app.tasks.book.solutions import solve
 # formula or hardware figure is never served from a bank cached before the change.
 _KEY_CODE = tuple(
     Path(__file__).parents[1] / name
-    for name in ("book/keys.py", "book/solutions.py", "formulas.py", "hardware.py")
+    for name in ("book/keys.py", "book/solutions.py", "formulas.py", "hardware.py", "difficulty.py")
 )
 
 
@@ -44,7 +46,7 @@ class BookKeys:
     computed: tuple[float, ...]  # base units
     gold: tuple[str, ...]  # the computed values, as quantity text
     printed: tuple[str, ...]  # the book's figures, as quantity text
-    alternatives: tuple[tuple[str, ...], ...]  # () or (printed,)
+    alternatives: tuple[tuple[str, ...], ...]  # () or (printed,) where the prompt admits it
 
     @property
     def differing(self) -> list[int]:
@@ -89,7 +91,7 @@ def book_keys(ann: Annotation) -> BookKeys:
                 f"{ann.key}: the book's figure(s) at position(s) {keys.differing} lie outside "
                 f"{KEY_TOLERANCE:g} of the computed answer; say why in `differs`"
             )
-        return BookKeys(computed, gold, printed, (printed,))
+        return BookKeys(computed, gold, printed, (printed,) if ann.admits else ())
     if ann.differs:
         raise AnnotationError(f"{ann.key}: `differs` is set but the book's figures agree with the computed answer")
     return keys

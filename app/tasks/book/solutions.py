@@ -341,18 +341,18 @@ DECODE_STEP, DECODE_BATCH, DECODE_LENGTH, PREFILL = 0.019, 43, 512, 0.91
 
 @solves("applied-inference.q1")
 def _() -> tuple[float, ...]:
-    return (LLAMA3_KV_INT8,)
+    return (fm.kv_cache_bytes(1, 80, 8, 128, 1),)  # one token: keys and values, 80 layers, 8 KV heads
 
 
 @solves("applied-inference.q2")
 def _() -> tuple[float, ...]:
-    total = 70e9 + 160e3 * 8192 * 32  # the 160 kB per token of the previous answer
+    total = 70e9 + LLAMA3_KV_INT8 * 8192 * 32  # int8 parameters and KV caches
     return total, smallest_v5e_slice(total / V5E.hbm_bytes)
 
 
 @solves("applied-inference.q3")
 def _() -> tuple[float, ...]:
-    total = 70e9 + 160e3 * 8192 * 32
+    total = 70e9 + LLAMA3_KV_INT8 * 8192 * 32
     step = fm.decode_step_time(total, 0, 8, V5E.hbm_bandwidth)  # memory-bound at batch 32
     return step, 32 / step / 8, fm.decode_step_time(total, 0, 16, V5E.hbm_bandwidth)
 
@@ -384,8 +384,8 @@ def _() -> tuple[float, ...]:
 
 @solves("applied-inference.q8")
 def _() -> tuple[float, ...]:
-    kv_per_seq = 324e3 * 8192  # bf16 KV, the 324 kB per token of the previous answer's table
-    batch = math.floor((32 * V5E.hbm_bytes - 140e9) / kv_per_seq)  # bf16 weights on a 4x8
+    kv_per_seq = fm.kv_cache_bytes(1, 80, 8, 128, 2) * 8192  # bf16 KV caches
+    batch = math.floor((32 * V5E.hbm_bytes - 2 * 70e9) / kv_per_seq)  # beside bf16 weights on a 4x8
     per_second = batch / (DECODE_STEP * DECODE_LENGTH)
     return tuple(per_second / n for n in (32, 16, 8))
 
@@ -442,7 +442,7 @@ def _() -> tuple[float, ...]:
 
 @solves("gpus.q6")
 def _() -> tuple[float, ...]:
-    return (80e12 / (148 * 4 * 32 * 2) / 1e9,)  # in GHz
+    return (80e12 / (148 * 4 * 32 * 2),)  # cycles per second
 
 
 @solves("gpus.q7")

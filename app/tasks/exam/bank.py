@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.tasks.base import FiniteBank, Task
 from app.tasks.book.source import BookSourceError
+from app.tasks.difficulty import difficulty_tags
 from app.tasks.exam.model import ConceptQuestion, Locator, NumericQuestion
 from app.tasks.exam.numeric import CHAPTER_QUESTIONS
 from app.tasks.exam.source import chapter_text
@@ -93,7 +94,7 @@ def numeric_task(chapter: str, q: NumericQuestion) -> Task:
         gold=q.gold(),
         chapter=chapter,
         tags=q.items,
-        meta={"family": "exam-numeric", "values": len(q.units)},
+        meta={"family": "exam-numeric", "values": len(q.units), **difficulty_tags(q.oracle)},
         hidden={
             "oracle": f"{q.oracle.__module__}:{q.oracle.__name__}",
             "args": dict(q.args),

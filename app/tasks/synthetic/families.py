@@ -9,6 +9,7 @@ states in full (they leave out the ring factor that the collective family teache
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -163,12 +164,16 @@ def param_count(d: Draws) -> Generated:
 
 def training_flops(d: Draws) -> Generated:
     params = d.integer(1, 999) * 10.0 ** d.integer(8, 10)
-    tokens = d.integer(1, 99) * 10.0 ** d.integer(10, 12)
+    tokens = params * d.choice((10, 20, 50, 100, 200))  # a tokens-per-parameter ratio runs use
     chip = d.choice(COMPUTE_CHIPS)
-    n_chips = d.choice((256, 512, 1024, 2048, 4096, 8192))
     mfu = d.choice((0.3, 0.4, 0.5, 0.6))
     assert chip.bf16_flops is not None
     flops = fm.training_flops(params, tokens)
+    # Enough chips (a power of two, at least 8) to finish within a run's length of days: a run
+    # that would last decades is not a question anyone asks.
+    days = d.choice((7, 30, 90))
+    needed = flops / (chip.bf16_flops * mfu * days * 86400)
+    n_chips = max(8, 2 ** max(0, math.ceil(math.log2(needed)))) if needed > 0 else 8
     seconds = fm.training_time(params, tokens, n_chips, chip.bf16_flops, mfu)
     prompt = (
         f"A dense model with {params:.6g} parameters is trained on {tokens:.6g} tokens. Using "
@@ -215,7 +220,7 @@ def collective_time(d: Draws) -> Generated:
         f"size is {size:.6g} bytes. Conventions: ignore per-hop latency; a ring with wraparound uses "
         "both directions and a line only one; AllGather and ReduceScatter move (N-1)/N of the array "
         "through each chip's links; an AllReduce is a ReduceScatter then an AllGather; an AllToAll on "
-        f"a bidirectional ring costs a quarter of the array over the link bandwidth. {ANSWER_ONE}"
+        f"a bidirectional ring costs a quarter of the array over the both-ways link bandwidth. {ANSWER_ONE}"
     )
     return Generated(prompt, (_q(seconds, "s"),), "sharding",
                      ("sharding.allgather-reducescatter", "sharding.allreduce-alltoall"),
@@ -268,9 +273,10 @@ def decode_step_time(d: Draws) -> Generated:
 
 def training_memory(d: Draws) -> Generated:
     chip = d.choice(COMPUTE_CHIPS)
-    params = d.integer(1, 700) * 1e9
     master = d.coin()
     per_param = 2 + 2 + 2 * 4 + (4 if master else 0)
+    # At most 48 chips: beyond 50, a 2% tolerance cannot tell rounding up from rounding down.
+    params = d.integer(1, max(1, int(48 * chip.hbm_bytes / per_param / 1e9))) * 1e9
     total = params * per_param
     chips = -(-total // chip.hbm_bytes)
     extra = ", plus an fp32 master copy of the weights (4 bytes)" if master else ""
@@ -281,8 +287,7 @@ def training_memory(d: Draws) -> Generated:
         f"chips ({chip.hbm_bytes:.6g} bytes of HBM each) are needed just to hold it, sharded evenly? "
         "Round the chip count up. " + _answer_many("<bytes> bytes", "<n> chips")
     )
-    return Generated(prompt, (_q(total, "bytes"), _q(chips, "chips")), "training",
-                     ("training.memory", "training.fsdp"),
+    return Generated(prompt, (_q(total, "bytes"), _q(chips, "chips")), "training", ("training.memory",),
                      {"params": params, "master_copy": master, "hbm_bytes": chip.hbm_bytes})
 
 

@@ -35,11 +35,17 @@ class RowsTask:
     expected_output: dict[str, list[Row]]
     spec: TaskSpec
 
+    @property
+    def served_prompt(self) -> str:
+        """The prompt as every entry point serves it (/v1/tasks, eval, verifiers, the export):
+        the shared conventions first, then the question."""
+        return f"{self.api_description}\n\n{self.prompt}"
+
     def record(self) -> dict[str, Any]:
         return {
             "task_id": self.task_id,
             "category": self.category,
-            "prompt": self.prompt,
+            "prompt": self.served_prompt,
             "api_description": self.api_description,
             "expected_output": self.expected_output,
         }
@@ -79,7 +85,7 @@ def to_task(rt: RowsTask, *, tolerance: float) -> Task:
         id=f"{SPLIT}/{rt.task_id}",
         split=SPLIT,
         # Served prompts carry the shared conventions first, so a rollout can use them as they are.
-        prompt=f"{rt.api_description}\n\n{rt.prompt}",
+        prompt=rt.served_prompt,
         grading="rows",
         gold=tuple(rt.expected_output["rows"]),
         chapter=spec.chapter,

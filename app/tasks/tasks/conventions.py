@@ -43,7 +43,9 @@ pass for a context of S tokens, with no saving from a causal mask.
 - Answer: one JSON object {"rows": [...]} in a ```json fenced block. Give the rows in the order \
 the task asks for, each with exactly the listed fields and types: integers as JSON integers, \
 numbers at full precision (do not round: numbers are compared at a relative tolerance of \
-1e-9), strings exactly as given, booleans as true or false."""
+1e-9, so a figure rounded to 6 significant digits is wrong), strings exactly as given, booleans \
+as true or false. Compute the numbers with code: a code tool (Python) is expected for every \
+task; hand arithmetic is not exact enough."""
 
 
 @dataclass(frozen=True, slots=True)

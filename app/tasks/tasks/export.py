@@ -23,8 +23,10 @@ def digest(expected: Mapping[str, Any]) -> str:
 EXPORT_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("task_id", "string", "stable id, `sc-000` to `sc-034` (served as `tasks/sc-NNN`)"),
     ("category", "string", "roofline, flops, memory, sharding or inference"),
-    ("prompt", "string", "the question with every number it needs and the exact shape of the answer"),
-    ("api_description", "string", "the conventions preamble shared by all tasks (same text in every record)"),
+    ("prompt", "string", "the prompt exactly as `/v1/tasks` serves it: the shared conventions, then the question "
+                         "with every number it needs and the exact shape of the answer"),
+    ("api_description", "string", "the conventions preamble alone, as a separate column (the prompt already "
+                                  "starts with it; same text in every record)"),
     (
         "expected_output",
         "string (JSON)",

@@ -38,9 +38,11 @@ def test_computed_key_agrees_with_the_printed_figure_or_both_are_accepted(bank, 
         if abs(parse_quantity(v.value).value - c) > KEY_TOLERANCE * abs(c)
     ]
     if far:
-        assert ann.differs and task.hidden["alternatives"] == [[v.value for v in ann.values]], key
+        # one key per item: the printed figure is a second key only where the prompt admits it
+        second = [[v.value for v in ann.values]] if ann.admits else []
+        assert ann.differs and task.hidden["alternatives"] == second, key
     else:
-        assert not ann.differs and task.hidden["alternatives"] == [], key
+        assert not ann.differs and not ann.admits and task.hidden["alternatives"] == [], key
 
 
 def test_no_item_widens_its_tolerance() -> None:
@@ -67,23 +69,27 @@ def test_a_disagreement_without_a_reason_is_refused() -> None:
 # ---- regressions, by item -------------------------------------------------------------------
 
 CASES = [
-    # book/tpus/q6: the array is 17.18e9 bytes; the book rounds to 16e9 (167 ms). Both accepted.
+    # book/tpus/q6: the prompt states 17.18e9 bytes (179 ms); the book's 16e9-byte 167 ms is another array.
     ("book/tpus/q6", "Final answer: 179 ms", 1.0),
-    ("book/tpus/q6", "Final answer: 167 ms", 1.0),
+    ("book/tpus/q6", "Final answer: 167 ms", 0.0),
     ("book/tpus/q6", "Final answer: 200 ms", 0.0),
     ("book/tpus/q6", "Final answer: 200 ms or 179 ms", 0.0),
-    # book/transformers/q1: exact 17.44e9 and the book's 16e9, each at 5%; 14.5e9 no longer passes.
+    # book/transformers/q1: exact 17.44e9 only; the book's 16e9 is also the count without the output
+    # projection (16.37e9), a wrong method, so neither scores.
     ("book/transformers/q1", "Final answer: 17.44e9, 0.25, 512 KiB", 1.0),
-    ("book/transformers/q1", "Final answer: 16e9, 0.25, 512 KiB", 1.0),
+    ("book/transformers/q1", "Final answer: 17.4B, 1/4, 512 KiB", 1.0),
+    ("book/transformers/q1", "Final answer: 16e9, 0.25, 512 KiB", 0.0),
+    ("book/transformers/q1", "Final answer: 16.37e9, 0.25, 512 KiB", 0.0),
     ("book/transformers/q1", "Final answer: 14.5e9, 0.25, 512 KiB", 0.0),
-    ("book/transformers/q1", "Final answer: 16e9, 0.30, 512 KiB", 0.0),
-    # book/inference/q4: exact 1.42 ms and the book's 1.3 ms; 1.2 ms no longer passes.
+    ("book/transformers/q1", "Final answer: 17.44e9, 0.30, 512 KiB", 0.0),
+    # book/inference/q4: 18.4e9 bytes give 1.42 ms; the book's truncated 1.3 ms is not a reading.
     ("book/inference/q4", "Final answer: 1.42 ms", 1.0),
-    ("book/inference/q4", "Final answer: 1.3 ms", 1.0),
+    ("book/inference/q4", "Final answer: 1.3 ms", 0.0),
     ("book/inference/q4", "Final answer: 1.2 ms", 0.0),
-    # book/applied-inference/q12: batch 43 gives 4; the book's "call that 32" gives 3.
+    # book/applied-inference/q12: the prompt's batch of 43 gives 4; the book's batch-32 slip (2.99) does not.
     ("book/applied-inference/q12", "Final answer: 4", 1.0),
-    ("book/applied-inference/q12", "Final answer: 3", 1.0),
+    ("book/applied-inference/q12", "Final answer: 3", 0.0),
+    ("book/applied-inference/q12", "Final answer: 2.99", 0.0),
     ("book/applied-inference/q12", "Final answer: 2", 0.0),
     # book/transformers/q7: the prompt states the 1.513e15 peak, so 21.6% and not 16.5%.
     ("book/transformers/q7", "Final answer: 21.6%", 1.0),
@@ -132,13 +138,26 @@ PROMPT_STATES = {
 }
 
 
-def test_a_verdict_on_the_printed_figure_does_not_say_which_key_matched(bank) -> None:
-    exact = grade(bank.get("book/tpus/q6"), "Final answer: 179 ms", GradeOptions(), Settings())
+def test_no_book_item_has_a_second_key(bank) -> None:
+    """No printed slip follows from a reading of its served prompt (none has ``admits``)."""
+    numeric = [t for t in bank.tasks() if t.grading == "numeric"]
+    assert numeric and all(t.hidden["alternatives"] == [] for t in numeric)
     printed = grade(bank.get("book/tpus/q6"), "Final answer: 167 ms", GradeOptions(), Settings())
-    assert exact.reward == printed.reward == 1.0
-    assert exact.values[0].expected == "179 ms" and printed.values[0].expected == "167 ms"
-    # a prober must not learn which of the keys is the one its value matched
-    assert exact.details == printed.details and exact.explanation == printed.explanation
+    assert printed.reward == 0.0 and "accepted_key" not in printed.details
+
+
+def test_a_second_key_needs_the_prompt_words_that_admit_it(bank) -> None:
+    body = {"grading": "numeric", "tags": ["tpus.networking"], "ask": "a",
+            "values": [{"value": "167 ms", "figure": "167ms"}], "differs": "the book rounds the array"}
+    assert book_keys(_parse("tpus.q6", body)).alternatives == ()
+    admitted = book_keys(_parse("tpus.q6", {**body, "admits": "about 16 GB"}))
+    assert admitted.alternatives == (("167 ms",),)
+    with pytest.raises(AnnotationError, match="admits"):
+        _parse("tpus.q6", {**{k: v for k, v in body.items() if k != "differs"}, "admits": "about 16 GB"})
+    # an item that admits a second reading quotes words its served prompt really holds
+    for key, ann in ANNOTATIONS.items():
+        if ann.admits:
+            assert ann.admits in bank.get("book/{}/{}".format(*key.split("."))).prompt, key
 
 
 @pytest.mark.parametrize("task_id", PROMPT_STATES)

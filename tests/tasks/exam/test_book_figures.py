@@ -69,7 +69,7 @@ CASES: list[tuple[str, str, str, float, float, Callable[[], float]]] = [
     ("llama70b-pod-time", "applied-training", "0.4) = 3.8e6 seconds", 3.8e6, 0.1e6,
      lambda: fm.training_time(70e9, 15e12, 8960, 4.59e14, 0.4)),
     ("llama70b-fsdp-1618", "applied-training", "{28672}} = 1618", 1618, 1,
-     lambda: applied_training.balanced_fsdp(batch=4.19e6, chips=8960, f=28672)),
+     lambda: applied_training.balanced_fsdp(batch=4.19e6, chips=8960, f=28672, mx=2)),
     ("llama70b-mixed-113", "applied-training", "$2550^2 / 2F = 113$", 113, 1,
      lambda: fm.mixed_min_batch_per_chip(4.59e14, 1.8e11, 28672, 2)),
     # applied inference (the book's "160kB" per token is 160 KiB: 2 * 8 * 128 * 80 bytes)

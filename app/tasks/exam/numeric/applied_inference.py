@@ -64,7 +64,7 @@ def full_hbm_generation(hbm, bw, tokens):
 @numeric(7, ("applied-inference.model-parallel", "inference.sharding"), "chips", """
     Serving a model with d_ff = {f} shards it over {axes} ICI axes. Its chips have {peak} FLOPs/s
     and {w} bytes/s of bidirectional link bandwidth. Roughly how many ways can it be model-sharded
-    before the matmul communication is no longer hidden (Y < M_Y F W / C)?""",
+    before the matmul communication is no longer hidden?""",
     f=53248, axes=2, peak=1.97e14, w=9e10)
 def serving_tp_limit(f, axes, peak, w):
     return fm.tp_max_degree(f, peak, w, axes)

@@ -46,12 +46,12 @@ def tokens_per_chip(seqs, seqlen, chips):
 
 
 @numeric(5, "applied-training.sharding-plan", "chips", """
-    For a run with a global batch of B = {batch} tokens on N = {chips} chips and d_ff = {f}, with
-    one mesh axis each for FSDP and tensor parallelism, the balanced FSDP degree is
-    sqrt(2 * B * N / F). What is it?""",
-    batch=2097152, chips=4096, f=28672)
-def balanced_fsdp(batch, chips, f):
-    return (2 * batch * chips / f) ** 0.5
+    For a run with a global batch of B = {batch} tokens on N = {chips} chips and d_ff = {f}, FSDP
+    runs over {mx} mesh axes and tensor parallelism over 1. What FSDP degree balances the two kinds
+    of communication (a real number, not rounded to a divisor)?""",
+    batch=2097152, chips=4096, f=28672, mx=2)
+def balanced_fsdp(batch, chips, f, mx):
+    return fm.optimal_fsdp(batch, f, mx, 1, chips)
 
 
 @numeric(6, "applied-training.sharding-plan", "tokens", """

@@ -33,9 +33,9 @@ def node_allgather(n, w, nbytes):
 
 
 @numeric(4, ("gpus.collectives", "gpus.fat-tree"), "s", """
-    Across nodes, an AllReduce without in-network reduction costs twice an AllGather, and an
-    AllGather of B bytes costs about B divided by the node egress bandwidth. With {w} bytes/s of
-    egress per node, how long does an AllReduce of {nbytes} bytes take?""",
+    Across nodes, an AllReduce runs without in-network reduction, limited by each node's egress
+    bandwidth of {w} bytes/s; ignore latency and the (N - 1)/N factor. How long does an AllReduce
+    of {nbytes} bytes take?""",
     w=4e11, nbytes=1.4e10)
 def cross_node_allreduce(w, nbytes):
     return 2 * nbytes / w
@@ -59,8 +59,9 @@ def moe_dp_batch(k, e, peak, w):
 
 
 @numeric(7, "gpus.rooflines", "GPUs", """
-    Tensor parallelism over Y GPUs stays compute-bound while Y < F W / C. With d_ff = F = {f},
-    {w} bytes/s of NVLink egress per GPU and {peak} FLOPs/s per GPU, what is the limit on Y?""",
+    Tensor parallelism over Y GPUs of one node shards an MLP with d_ff = {f}. Each GPU has {w}
+    bytes/s of NVLink egress and {peak} FLOPs/s. Up to what Y does the tensor-parallel matmul stay
+    compute-bound?""",
     f=53248, w=9e11, peak=2.3e15)
 def gpu_tp_limit(f, w, peak):
     return f * w / peak
@@ -74,3 +75,70 @@ def gpu_tp_limit(f, w, peak):
     stages=16, micro=32, batch=1048576, d=8192, b=2, w=4e11)
 def pipeline_comms(stages, micro, batch, d, b, w):
     return b * batch * d / (w * micro) * (micro + stages - 2)
+
+
+# ---- expert parallelism: the AllToAll roofline ------------------------------------------------
+
+@numeric(21, ("gpus.collectives", "sharding.alltoall"), "s", """
+    Inside an 8-GPU node where every GPU has {w} bytes/s of one-way NVLink egress and a direct
+    path to every other GPU, an AllToAll redistributes an array of {nbytes} bytes in total: each GPU
+    starts with an eighth of it and keeps the eighth of its own shard that stays local. How long
+    does the AllToAll take?""",
+    w=4.5e11, nbytes=1e9)
+def node_alltoall_switched(w, nbytes):
+    n = 8
+    return nbytes * (n - 1) / (w * n * n)
+
+
+@numeric(22, ("gpus.collectives", "gpus.rooflines", "sharding.alltoall"), "s", """
+    An MoE layer on an 8-GPU node (one expert group per GPU, {w} bytes/s of one-way NVLink egress
+    each) dispatches tokens with an AllToAll of {nbytes} bytes in total, where every token goes to
+    {k} of the 8 GPUs, so only those entries of the exchange are non-zero. Leaving out the
+    (N - 1)/N factor, how long does the dispatch take?""",
+    w=4.5e11, nbytes=1e9, k=2)
+def sparse_alltoall(w, nbytes, k):
+    n = 8
+    return min(k / n, 1) * nbytes / (w * n)
+
+
+@numeric(23, ("gpus.rooflines", "transformers.moe-remat"), "", """
+    In an expert-parallel MoE layer each token's bf16 activation vector of width D is sent to {k}
+    experts on other GPUs and the results are sent back (two AllToAlls, {eb} bytes per element
+    each way), and each expert applies a gated MLP of hidden width F (three D x F matrices, a
+    multiply-add is 2 FLOPs) to every token it receives. A GPU does {peak} FLOPs/s and has {w}
+    bytes/s of one-way egress. Above what F does the expert compute take longer than the two
+    AllToAlls?""",
+    k=8, eb=2, peak=9.9e14, w=4.5e11)
+def expert_parallel_min_width(k, eb, peak, w):
+    # per token and GPU: k * 2 * 3 D F / peak  >  2 * k * eb D / w
+    return 2 * eb * peak / (2 * 3 * w)
+
+
+# ---- GB200 NVL72 ----------------------------------------------------------------------------
+
+@numeric(24, ("gpus.networking", "gpus.collectives"), "s", """
+    A GB200 NVL72 NVLink domain joins 72 GPUs, each with 9e11 bytes/s of one-way NVLink egress.
+    How long does an AllGather of a {nbytes}-byte array over all 72 GPUs take, including the
+    (N - 1)/N factor?""",
+    nbytes=1e10)
+def nvl72_allgather(nbytes):
+    n = 72
+    return nbytes * (n - 1) / (n * 9e11)
+
+
+@numeric(25, ("gpus.fat-tree", "gpus.collectives"), "s", """
+    A GB200 NVL72 domain has {egress} bytes/s of egress to the scale-out network. An AllReduce of
+    {nbytes} bytes runs across several such domains without in-network reduction and is limited by
+    that egress; ignore latency and the (N - 1)/N factor. How long does it take?""",
+    egress=3.6e12, nbytes=1.8e10)
+def nvl72_cross_domain_allreduce(egress, nbytes):
+    return 2 * nbytes / egress
+
+
+@numeric(26, ("gpus.rooflines", "gpus.networking"), "GPUs", """
+    Tensor parallelism inside a GB200 NVL72 domain shards an MLP with d_ff = {f}. Each GPU does
+    {peak} bf16 FLOPs/s and has {w} bytes/s of one-way NVLink egress. Up to what tensor-parallel
+    degree does the matmul stay compute-bound?""",
+    f=28672, peak=2.25e15, w=9e11)
+def nvl72_tp_limit(f, peak, w):
+    return f * w / peak

@@ -57,7 +57,7 @@ def dot_slowdown(b, d, f, t, peak):
     return t / fm.compute_time(fm.matmul_flops(b, d, f), peak)
 
 
-@numeric(7, ("profiling.memory", "profiling.stack"), "B", """
+@numeric(7, ("profiling.memory", "training.memory"), "B", """
     A compiled program's memory viewer lists {layers} saved activations per layer, each a bf16
     array ({b} bytes per element) of shape [{tokens}, {d}], for {n} layers. How many bytes do
     these activations take?""",
@@ -76,3 +76,33 @@ def hlo_result_bytes(a, b, c, groups, size, nbytes):
     # Each device keeps 1 / size of the scattered dimension; the groups partition the devices.
     return a * b * (c / size) * nbytes, groups * size
 
+
+
+# ---- reading a real trace --------------------------------------------------------------------
+
+@numeric(21, ("profiling.profiler",), "", """
+    A trace of one training step on one chip shows, back to back: matmul fusions for {matmul} s,
+    an all-gather that nothing overlaps for {ag} s, a reduce-scatter of {rs} s that runs entirely
+    underneath the matmul fusions, and idle gaps totalling {idle} s. What fraction of the step is
+    exposed communication?""",
+    matmul=0.08, ag=0.012, rs=0.009, idle=0.004)
+def exposed_comms_fraction(matmul, ag, rs, idle):
+    return ag / (matmul + ag + idle)  # the overlapped reduce-scatter adds no time
+
+
+@numeric(22, ("profiling.profiler", "applied-training.duration"), "", """
+    The trace viewer shows a training step of {step} s on {chips} chips of {peak} FLOPs/s. The
+    model has {params} parameters and the step trains on {tokens} tokens, at 6 FLOPs per parameter
+    per token. What model FLOPs utilisation does the trace show (a fraction)?""",
+    step=2.5, chips=64, peak=4.59e14, params=8e9, tokens=1048576)
+def mfu_from_trace(step, chips, peak, params, tokens):
+    return fm.training_flops(params, tokens) / (chips * peak * step)
+
+
+@numeric(23, ("profiling.profiler", "profiling.hlo"), "B/s", """
+    In a trace, an all-reduce whose HLO operand is f32[{rows},{cols}] ({eb} bytes per element)
+    takes {seconds} s. Measured as the operand's bytes over the op's duration, what bandwidth does
+    it reach?""",
+    rows=8192, cols=4096, eb=4, seconds=0.002)
+def trace_allreduce_bandwidth(rows, cols, eb, seconds):
+    return eb * rows * cols / seconds

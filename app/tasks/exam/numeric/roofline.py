@@ -28,9 +28,8 @@ def matmul_intensity(b, d, f, ebytes):
 @numeric(3, ("roofline.matmul", "roofline.arithmetic-intensity"), "tokens", """
     A chip delivers {peak} FLOPs/s of bf16 compute and {bw} bytes/s of HBM bandwidth. Its weights
     are stored in a quantised format using {wbytes} byte per parameter, while the multiply itself
-    runs in bf16. For a matmul with a token batch far smaller than both weight dimensions, so that
-    loading the weights dominates memory traffic, how many tokens must the batch hold at minimum
-    for the matmul to be compute-bound?""",
+    runs in bf16. For a matmul with a token batch far smaller than both weight dimensions, how many
+    tokens must the batch hold at minimum for the matmul to be compute-bound?""",
     peak=1.97e14, bw=8.1e11, wbytes=1)
 def quantised_critical_batch(peak, bw, wbytes):
     return fm.critical_batch(peak, bw, wbytes)

@@ -35,10 +35,10 @@ def latency_bound_allgather(nbytes, axis, w, hop):
 
 
 @numeric(4, "sharding.allgather-reducescatter", "s", """
-    An array of shape [{rows}, {cols}] with {b}-byte elements is sharded over two mesh axes at once
-    and AllGathered over both, each axis being a full ring whose links carry {w} bytes/s
-    bidirectionally. Using {axes} axes multiplies the usable bandwidth accordingly. How long does
-    the bandwidth-bound AllGather take?""",
+    An array of shape [{rows}, {cols}] with {b}-byte elements is sharded over {axes} mesh axes at
+    once and AllGathered over all of them, each axis being a full ring whose links carry {w}
+    bytes/s bidirectionally. Ignoring per-hop latency and the (N - 1)/N ring factor, how long does
+    the AllGather take?""",
     rows=8192, cols=16384, b=2, w=1.8e11, axes=2)
 def multi_axis_allgather(rows, cols, b, w, axes):
     return fm.allgather_time(rows * cols * b, w, axes)
@@ -66,9 +66,8 @@ def alltoall_seconds(t, d, b, w):
     We compute A[I, J_X] . B[J_X, K] -> C[I, K] with I = {i}, J = {j}, K = {k} in bf16 ({b} bytes
     per element) on a mesh axis X of {x} chips, each doing {peak} FLOPs/s, whose ring links carry
     {w} bytes/s bidirectionally. Each chip multiplies its local shards and the partial sums are
-    then AllReduced; take a bandwidth-bound AllReduce to cost 2 x (array bytes) / (link bandwidth),
-    the book's estimate, which leaves out the (N - 1)/N ring factor. Give the per-chip compute
-    time, then the AllReduce time.""",
+    then AllReduced; ignore per-hop latency and leave out the (N - 1)/N ring factor. Give the
+    per-chip compute time, then the AllReduce time.""",
     i=4096, j=16384, k=8192, b=2, x=8, peak=4.59e14, w=1.8e11)
 def sharded_contraction(i, j, k, b, x, peak, w):
     return fm.compute_time(fm.matmul_flops(i, j, k) / x, peak), fm.allreduce_time(i * k * b, w)

@@ -88,3 +88,70 @@ def activation_bytes(c, b, tokens, d, layers):
     per=8, params=7e9, tokens=4194304)
 def remat_extra(per, params, tokens):
     return per * params * tokens - fm.training_flops(params, tokens)
+
+
+# ---- FlashAttention, and the cost of the softmax and the norms --------------------------------
+
+@numeric(21, ("transformers.attention", "inference.attention-roofline"), "B", """
+    An attention layer runs T = {t} queries against S = {s} keys for each of {heads} heads, with
+    scores in bf16 ({b} bytes per element). A naive implementation writes every head's full score
+    matrix to HBM and reads it back once; a fused (flash) kernel keeps the scores on chip. How many
+    bytes of HBM traffic does the fused kernel save on the scores alone?""",
+    t=8192, s=8192, heads=32, b=2)
+def flash_saved_bytes(t, s, heads, b):
+    return 2 * t * s * heads * b  # one write and one read of every score
+
+
+@numeric(22, ("transformers.attention",), "", """
+    Per query-key pair, an attention head's score dot product and its weighted sum of values each
+    cost 2 FLOPs per element of the head dimension H = {h} (a multiply-add is 2 FLOPs). The
+    softmax costs about {c} FLOPs per pair (exponent, running sum, scaling). What fraction of the
+    attention FLOPs is the softmax?""",
+    h=128, c=5)
+def softmax_fraction(h, c):
+    return c / (2 * 2 * h + c)
+
+
+@numeric(23, ("transformers.attention", "roofline.time-bounds"), "s", """
+    An RMSNorm over a bf16 activation of shape [{b}, {d}] ({eb} bytes per element) reads it once
+    from HBM, writes the result once and does about {c} FLOPs per element. On a chip with {peak}
+    FLOPs/s and {bw} bytes/s of HBM, with compute and memory traffic overlapping, how long does it
+    take?""",
+    b=4096, d=8192, eb=2, c=4, peak=1.97e14, bw=8.1e11)
+def norm_time(b, d, eb, c, peak, bw):
+    return max(c * b * d / peak, 2 * eb * b * d / bw)
+
+
+# ---- causal masking ------------------------------------------------------------------------
+
+@numeric(24, ("transformers.attention-context", "transformers.attention"), "FLOPs", """
+    A causal attention layer sees sequences of T = {t} tokens with N = {n} heads of dimension
+    H = {h}; a query attends to its own position and every earlier one. Counting only the score
+    products and the weighted sums of values (a multiply-add is 2 FLOPs) for allowed query-key
+    pairs, how many forward FLOPs does one sequence cost?""",
+    t=4096, n=32, h=128)
+def causal_attention_flops(t, n, h):
+    pairs = t * (t + 1) / 2
+    return 2 * 2 * h * n * pairs
+
+
+@numeric(25, ("transformers.attention-context",), "", """
+    A causal attention kernel computes the [T, T] score matrix in square tiles of {tile} x {tile}
+    with T = {t}. Tiles wholly above the diagonal are skipped and tiles on the diagonal are computed
+    in full. What fraction of all tiles does it compute?""",
+    t=8192, tile=512)
+def causal_tile_fraction(t, tile):
+    n = t // tile
+    return (n * (n + 1) / 2) / (n * n)
+
+
+@numeric(26, ("transformers.attention-context", "transformers.dot-flops"), "tokens", """
+    A layer has 12 D^2 weight parameters with D = {d} (attention projections with N H = D, and the
+    MLP), each costing 2 forward FLOPs per token. Its causal attention lets the query at position i
+    attend to i keys, at 2 FLOPs per element of the N H = D dimensions for the scores and again for
+    the weighted sum. At what sequence length T does the layer's attention cost per token, averaged
+    over the sequence, equal its weight FLOPs per token?""",
+    d=4096)
+def causal_attention_crossover(d):
+    # 4 D (T + 1) / 2 = 24 D^2
+    return 12 * d - 1

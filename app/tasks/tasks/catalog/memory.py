@@ -32,7 +32,7 @@ SPECS = [
         category="memory",
         title="Weights, gradients and Adam state of a 70B model",
         chapter="training",
-        tags=("training.fsdp", "transformers.moe-remat"),
+        tags=("training.memory",),
         question=(
             f"A model of {fmt(_p15['P'])} parameters is trained with Adam in mixed precision. Give the "
             "bytes per parameter and the total GiB of its weights, its gradients, its Adam state and "
@@ -56,7 +56,7 @@ SPECS = [
         category="memory",
         title="Chips needed just to hold the training state",
         chapter="training",
-        tags=("training.fsdp", "applied-training.counting"),
+        tags=("training.memory", "applied-training.counting"),
         question=(
             "Three models are trained with Adam in mixed precision: "
             + ", ".join(f'"{n}" with {fmt(pp)} parameters' for n, pp in _p16["models"])
@@ -79,7 +79,7 @@ SPECS = [
         category="memory",
         title="Per-chip training state under ZeRO-1, ZeRO-2 and FSDP",
         chapter="training",
-        tags=("training.fsdp", "training.data-parallel"),
+        tags=("training.memory", "training.data-parallel"),
         question=(
             f"A model of {fmt(_p17['P'])} parameters is trained with Adam in mixed precision on chips "
             f'of {fmt(_p17["hbm_gib"])} GiB each. Under "zero1" only the Adam state is split evenly '
@@ -128,7 +128,7 @@ SPECS = [
         category="memory",
         title="Memory of layer-input checkpoints",
         chapter="transformers",
-        tags=("transformers.moe-remat", "training.data-parallel"),
+        tags=("training.memory",),
         question=(
             f"A model of L = {fmt(_p19['L'])} layers and width D = {fmt(_p19['D'])} is trained with "
             "checkpointing that keeps only each layer's bf16 input activations of shape [tokens, D] "
