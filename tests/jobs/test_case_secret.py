@@ -73,8 +73,13 @@ def test_two_workers_without_a_configured_secret_give_the_same_reward(redis_serv
     env.pop("SCALING_GRADER_IMPL__CASE_SECRET", None)
     assert "SCALING_GRADER_IMPL__CASE_SECRET" not in os.environ
     names = ("grader-a", "grader-b")
-    workers = [start_worker(redis_server.url, name, FAST_QUEUE) for name in names]
     connection = redis_server.client()
+    # The deployment's secret as the first worker would store it (SET NX, tested above), drawn
+    # until the completion is really half right under it: under some draws it passes every case,
+    # and equal rewards of 1.0 would show nothing.
+    secret = next(s for s in (os.urandom(32).hex() for _ in range(200)) if 0 < _fraction_passed(s) < 1)
+    assert connection.set(KEY, secret, nx=True)
+    workers = [start_worker(redis_server.url, name, FAST_QUEUE) for name in names]
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not all(connection.exists(f"sg:worker:{n}") for n in names):
@@ -94,8 +99,8 @@ def test_two_workers_without_a_configured_secret_give_the_same_reward(redis_serv
     graded_by = {job_id: connection.hget(f"rq:job:{job_id}", "worker_name").decode() for job_id in job_ids}
     assert set(graded_by.values()) == set(names), graded_by  # both workers graded some
     rewards = {body["result"]["reward"] for body in results.values()}
-    expected = _fraction_passed(connection.get(KEY).decode())
-    assert 0 < expected < 1  # half right under the deployment's secret, else the check means little
+    assert connection.get(KEY).decode() == secret  # no worker drew a secret of its own
+    expected = _fraction_passed(secret)
     assert rewards == {expected}, (rewards, graded_by)
 
 

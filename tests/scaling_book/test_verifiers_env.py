@@ -124,7 +124,8 @@ def test_judge_model_is_required_for_selections_with_judge_items() -> None:
 def test_env_id_and_args_rebuild_the_same_environment() -> None:
     args = {"split": "synthetic", "chapters": ["roofline"], "num_synthetic_examples": 3, "seed": 54,
             "tolerance": 0.05, "judge_model": None, "judge_base_url": None, "judge_api_key_var": None,
-            "service_url": None, "num_examples": None, "system_prompt": None}
+            "service_url": None, "service_api_key_var": None, "service_timeout": None, "service_deadline": None,
+            "service_headers": None, "num_examples": None, "system_prompt": None}
     env = load_environment(**args)
     assert env.env_id == "scaling-book" and env.env_args == args
     # what verifiers 0.3.1's env server worker does: vf.load_environment(env_id, **env_args)

@@ -127,11 +127,14 @@ def nvl72_allgather(nbytes):
 
 
 @numeric(25, ("gpus.fat-tree", "gpus.collectives"), "s", """
-    A GB200 NVL72 domain has {egress} bytes/s of egress to the scale-out network. An AllReduce of
-    {nbytes} bytes runs across several such domains without in-network reduction and is limited by
-    that egress; ignore latency and the (N - 1)/N factor. How long does it take?""",
-    egress=3.6e12, nbytes=1.8e10)
-def nvl72_cross_domain_allreduce(egress, nbytes):
+    Each of the {gpus} GPUs of a GB200 NVL72 domain has one {nic} bits/s NIC to the scale-out
+    network. An AllReduce of {nbytes} bytes runs across several such domains without in-network
+    reduction and is limited by the domain's scale-out egress; ignore latency and the (N - 1)/N
+    factor. How long does it take?""",
+    gpus=72, nic=4e11, nbytes=2.7e10)
+def nvl72_cross_domain_allreduce(gpus, nic, nbytes):
+    # the domain's egress is the book's answer to a question of its own: stated as the NICs it comes from
+    egress = gpus * nic / 8
     return 2 * nbytes / egress
 
 
