@@ -29,7 +29,11 @@ def collect(client: httpx.Client, job_ids: list[str], timeout: float) -> dict[st
     while len(results) < len(job_ids) and time.monotonic() < deadline:
         for job_id in job_ids:
             if job_id not in results:
-                body = client.get(f"/v1/jobs/{job_id}", params={"wait": 0}).json()
+                response = client.get(f"/v1/jobs/{job_id}", params={"wait": 0})
+                if response.status_code == 503:  # the job store is away (Redis loading, say): ask again
+                    continue
+                body = response.json()
+                assert response.status_code == 200, (job_id, response.status_code, body)
                 if body["status"] in ("finished", "failed"):
                     results[job_id] = body
         time.sleep(0.2)
