@@ -20,9 +20,14 @@ from app.sandbox.executor import run_in_child
 from app.sandbox.launch import Child, destroy, max_message_bytes, read_messages
 from app.sandbox.owners import OWNER_FILE, current_owner
 from app.settings import SandboxSettings
+from app.tenants import new_key
 from tests.support.server import ROOT, free_port, wait_until_up
 
-_TENANTS = '[[tenant]]\nname = "a"\nkey_sha256 = "' + "ab" * 32 + '"\n'
+# The operator's key: /readyz names the tier in force to the operator only (anyone else gets ready
+# or not ready).
+_OPERATOR_KEY, _OPERATOR_DIGEST = new_key()
+_TENANTS = ('[[tenant]]\nname = "a"\nkey_sha256 = "' + "ab" * 32 + '"\n'
+            '[[tenant]]\nname = "ops"\noperator = true\nkey_sha256 = "' + _OPERATOR_DIGEST + '"\n')
 
 
 def _start(env: dict[str, str], tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -122,7 +127,8 @@ def test_plain_tier_runs_for_a_multi_tenant_service_only_when_allowed(tmp_path: 
     process, url = _start(env, tmp_path)
     try:
         wait_until_up(url, process, timeout=120)
-        body = httpx.get(url + "/readyz", timeout=120).text
+        assert httpx.get(url + "/readyz", timeout=120).text == '{"ready":true}'  # nothing more to anyone
+        body = httpx.get(url + "/readyz", timeout=120, headers={"Authorization": f"Bearer {_OPERATOR_KEY}"}).text
         assert '"plain' in body  # readyz names the tier in force
         assert "limits" in body
     finally:
