@@ -1,0 +1,218 @@
+"""Attacks by a hostile tenant of a shared deployment, against a real server over real HTTP.
+
+Each test names the hole it shows: a request whose work is unbounded, or one tenant taking what
+is shared with the others. Every server is a child process on a free loopback port (embedded
+mode, a tenants file of two plain tenants and an operator), stopped when its test ends, so that a
+server a test pinned holds nothing back for the next one. Every request loop is bounded in count
+and in time."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.tenants import new_key
+from tests.support.server import ROOT, free_port, stop_process, wait_until_up
+
+pytestmark = pytest.mark.slow  # a real HTTP server per test
+
+# Bob is the honest tenant; mallory the hostile one, with limits an operator would give a big RL
+# run (a burst of a few rollout steps). Both are plain tenants.
+TENANTS = {
+    "ops": "operator = true\n",
+    "bob": "",
+    "mallory": "rate_per_second = 100000\nburst = 100000\nmax_in_flight = 100000\n",
+}
+
+
+@dataclass
+class Served:
+    url: str
+    keys: dict[str, str]
+    log: Path
+
+    def client(self, tenant: str, timeout: float = 60.0) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=timeout,
+                            headers={"authorization": f"Bearer {self.keys[tenant]}"})
+
+
+@contextmanager
+def serving(**env_extra: str) -> Iterator[Served]:
+    tmp = Path(tempfile.mkdtemp(prefix="sg-attack-"))
+    keys, lines = {}, []
+    for name, extra in TENANTS.items():
+        keys[name], digest = new_key()
+        lines.append(f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{digest}"\n{extra}')
+    (tmp / "tenants.toml").write_text("\n".join(lines))
+    log = tmp / "server.log"
+    port = free_port()
+    env = {**os.environ, "SCALING_GRADER_TENANTS_FILE": str(tmp / "tenants.toml"), **env_extra}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--log-level", "warning"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(url, process)
+        yield Served(url, keys, log)
+    finally:
+        stop_process(process)
+
+
+def numeric_item(i: int, request_id: str | None = None) -> dict:
+    item: dict = {"reference": {"values": [f"{i + 1} s"]}, "completion": f"Final answer: {i + 1} s"}
+    if request_id is not None:
+        item["request_id"] = request_id
+    return item
+
+
+# ---- hole 1: an OpenRLHF query whose cutting is quadratic pins the shared grading threads ---------
+
+# ChatML's assistant opener is matched up to the end of its line (``[^\n]*\n``): a query of many
+# openers and no newline makes every match attempt scan to the end of the query and fail, so the
+# cut is quadratic in the query's length. The query is cut before the completion-length cap
+# applies, and the body may be megabytes; the cut runs on one of the two grading threads every
+# tenant shares.
+UNCLOSED_OPENERS = "<|im_start|>assistant" * 60_000  # 1.26 MB, well under the 8 MiB body limit
+
+
+def test_unclosed_chatml_openers_in_a_reward_query_do_not_pin_grading_for_other_tenants() -> None:
+    with serving() as served:
+        with served.client("mallory", timeout=30) as mallory, served.client("bob", timeout=30) as bob, \
+                concurrent.futures.ThreadPoolExecutor(2) as pool:
+            attacks = [pool.submit(mallory.post, "/get_reward", json={"query": [UNCLOSED_OPENERS]})
+                       for _ in range(2)]  # one per grading thread
+            time.sleep(2.0)  # both bodies are in and being cut
+            # Bob's ordinary batch: more than eight results, so written on a grading thread.
+            started = time.monotonic()
+            try:
+                r = bob.post("/v1/grade/batch", json={"items": [numeric_item(i) for i in range(16)]},
+                             timeout=15)
+                bob_seconds = time.monotonic() - started
+                bob_status = r.status_code
+            except httpx.TimeoutException:
+                bob_seconds, bob_status = time.monotonic() - started, None
+            attack_outcomes = []
+            for attack in attacks:
+                try:
+                    attack_outcomes.append(attack.result().status_code)
+                except httpx.TimeoutException:
+                    attack_outcomes.append("timed out after 30 s")
+        assert bob_status == 200 and bob_seconds < 10, (
+            f"another tenant's 16-item numeric batch took {bob_seconds:.1f} s (status {bob_status}) "
+            f"while two 1.26 MB reward queries were being cut; those answered {attack_outcomes}")
+
+
+def test_one_reward_query_of_unclosed_chatml_openers_is_answered_promptly() -> None:
+    with serving() as served, served.client("mallory", timeout=30) as mallory:
+        started = time.monotonic()
+        try:
+            r = mallory.post("/get_reward", json={"query": [UNCLOSED_OPENERS]})
+            outcome: object = r.status_code
+        except httpx.TimeoutException:
+            outcome = "no answer"
+        seconds = time.monotonic() - started
+        assert seconds < 10, f"one 1.26 MB reward request took {seconds:.1f} s ({outcome})"
+
+
+# ---- hole 2: one tenant's fresh idempotency keys push another tenant's results out ---------------
+
+# Embedded mode keeps at most ``max_kept_jobs`` records (default 10,000) for the whole process,
+# the oldest finished first, whoever they belong to. A tenant sending cheap numeric items with
+# fresh request ids (one grade each) fills the store, and another tenant's finished job is gone:
+# its poll is a 404 within the TTL and a retry with the same request_id runs the work again.
+
+def test_another_tenants_fresh_request_ids_do_not_evict_my_finished_job() -> None:
+    with serving() as served, served.client("bob") as bob, served.client("mallory") as mallory:
+        mine = bob.post("/v1/grade", json=numeric_item(0, request_id="bob-step-1"))
+        assert mine.status_code == 200, mine.text
+        job_id = mine.json()["job_id"]
+        assert job_id and bob.get(f"/v1/jobs/{job_id}").status_code == 200
+        deadline = time.monotonic() + 240
+        for batch in range(20):  # 20 x 512 = 10,240 fresh keys: the default store size, plus some
+            assert time.monotonic() < deadline, "flood did not finish in time"
+            r = mallory.post("/v1/grade/batch", timeout=120, json={"items": [
+                numeric_item(i, request_id=f"m-{batch}-{i}") for i in range(512)]})
+            assert r.status_code == 200, r.text[:300]
+        after = bob.get(f"/v1/jobs/{job_id}")
+        assert after.status_code == 200, (
+            f"bob's finished job, polled seconds after it ran, answers {after.status_code} {after.text[:200]} "
+            "after another tenant sent 10,240 numeric grades with fresh request ids")
+
+
+# ---- hole 3: listing a split whose source is unreachable pins every threadpool thread ------------
+
+# A split whose book source is not there yet is loaded on first use, under one lock for every
+# split, downloading each missing chapter with the download timeout (30 s) per step; a failed
+# load is not remembered, so every request tries again. Listing routes are synchronous and so
+# is /healthz: they share one threadpool. Where the source does not answer (a firewall that drops
+# outbound traffic; here a loopback port that accepts and never replies) a tenant sending a few
+# dozen listings of that split holds every thread, and liveness stops answering.
+
+@contextmanager
+def silent_port() -> Iterator[int]:
+    """A loopback port that accepts connections and never answers."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(256)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(2)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_listings_of_a_split_whose_source_does_not_answer_leave_healthz_answering() -> None:
+    cache = tempfile.mkdtemp(prefix="sg-attack-book-")  # nothing cached: the exam split must download
+    with silent_port() as port, serving(SCALING_GRADER_BOOK_BASE_URL=f"http://127.0.0.1:{port}",
+                                        SCALING_GRADER_BOOK_CACHE=cache) as served:
+        with served.client("mallory", timeout=20) as mallory, \
+                concurrent.futures.ThreadPoolExecutor(48) as pool:
+            def listing(_: int) -> object:
+                try:
+                    return mallory.get("/v1/tasks", params={"split": "exam", "n": 1}).status_code
+                except httpx.TimeoutException:
+                    return "no answer in 20 s"
+
+            listings = [pool.submit(listing, i) for i in range(48)]
+            time.sleep(3.0)
+            started = time.monotonic()
+            try:
+                health: object = httpx.get(served.url + "/healthz", timeout=10).status_code
+            except httpx.TimeoutException:
+                health = "no answer in 10 s"
+            health_seconds = time.monotonic() - started
+            outcomes = [f.result() for f in listings]
+        assert health == 200 and health_seconds < 5, (
+            f"/healthz answered {health} after {health_seconds:.1f} s while one tenant listed a split whose "
+            f"source does not answer 48 times; those listings answered {sorted(set(map(str, outcomes)))}")
