@@ -203,3 +203,51 @@ def test_a_stalled_upload_is_cut_off_and_its_memory_released() -> None:
         assert still_open == 0, (
             f"{still_open} of 24 uploads stalled 100 kB short are still open 45 s later; the server held "
             f"{held} MiB more right after they stalled and {later} MiB more 45 s on")
+
+
+# ---- hole 4: a label of many keys stalls the event loop for seconds --------------------------------
+
+# A label is any JSON value. A body of a few megabytes whose label is an object of 440,000 keys
+# is parsed and read (on a "grading thread", but in calls that hold the interpreter lock from end
+# to end, so the loop gets no turn) for seconds, and /healthz with every other request waits.
+
+MANY_KEYS = {f"k{j}": j for j in range(440_000)}  # about 8.1 MB of JSON, just under the body limit
+
+
+def _worst_healthz_while(served: Served, tenant: str, path: str, body: dict) -> tuple[float, object]:
+    import json
+    import threading
+
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        deadline = time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < deadline:
+            started = time.monotonic()
+            httpx.get(served.url + "/healthz", timeout=60)
+            latencies.append(time.monotonic() - started)
+            time.sleep(0.02)
+
+    content = json.dumps(body).encode()
+    with served.client(tenant, timeout=120) as client:
+        prober = threading.Thread(target=probe)
+        prober.start()
+        time.sleep(0.3)
+        try:
+            status: object = client.post(path, content=content, headers={"content-type": "application/json"}
+                                         ).status_code
+        finally:
+            stop.set()
+            prober.join()
+    return max(latencies), status
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/grade/labelled", {"items": [{"label": MANY_KEYS, "completion": "Final answer: 1 s"}]}),
+    ("/get_reward", {"query": ["Final answer: 1 s"], "labels": [MANY_KEYS]}),
+], ids=["labelled", "get_reward"])
+def test_a_label_of_many_keys_does_not_stall_healthz(path: str, body: dict) -> None:
+    with serving() as served:
+        worst, status = _worst_healthz_while(served, "mallory", path, body)
+    assert worst < 1.0, f"/healthz took {worst:.2f} s while one {path} request with a 440,000-key label ran ({status})"
