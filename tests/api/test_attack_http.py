@@ -33,6 +33,7 @@ TENANTS = {
     "ops": "operator = true\n",
     "bob": "",
     "mallory": "rate_per_second = 100000\nburst = 100000\nmax_in_flight = 100000\n",
+    "eve": "",  # hostile, with the default limits (100 grades a second, a burst of 4096)
 }
 
 
@@ -251,3 +252,30 @@ def test_a_label_of_many_keys_does_not_stall_healthz(path: str, body: dict) -> N
     with serving() as served:
         worst, status = _worst_healthz_while(served, "mallory", path, body)
     assert worst < 1.0, f"/healthz took {worst:.2f} s while one {path} request with a 440,000-key label ran ({status})"
+
+
+
+# ---- hole 5: one tenant's legitimate batches take the grading threads from every other tenant ------
+
+# Grading CPU runs on two threads shared by the whole process, first come first served. Four
+# batches of 100 rows answers (1,000 rows each, in reverse order) are 400 grades, a tenth of the
+# default burst; while they run, another tenant's batch of 16 numeric answers waits for a thread.
+
+def test_one_tenants_rows_batches_do_not_starve_another_tenants_small_batch() -> None:
+    import json
+
+    rows = [{"name": "r", "x": i + 0.5} for i in range(1000)]
+    item = {"reference": {"rows": rows}, "completion": json.dumps({"rows": rows[::-1]})}
+    content = json.dumps({"items": [item] * 100}).encode()
+    with serving() as served, served.client("eve", timeout=120) as eve, served.client("bob", timeout=60) as bob, \
+            concurrent.futures.ThreadPoolExecutor(4) as pool:
+        batches = [pool.submit(eve.post, "/v1/grade/batch", content=content,
+                               headers={"content-type": "application/json"}) for _ in range(4)]
+        time.sleep(2.0)
+        started = time.monotonic()
+        r = bob.post("/v1/grade/batch", json={"items": [numeric_item(i) for i in range(16)]})
+        bob_seconds = time.monotonic() - started
+        eve_statuses = [b.result().status_code for b in batches]
+    assert r.status_code == 200
+    assert bob_seconds < 5, (f"a 16-item numeric batch took {bob_seconds:.1f} s behind another tenant's four "
+                             f"100-item rows batches (answered {eve_statuses}), 400 grades within its default limits")
