@@ -279,3 +279,31 @@ def test_one_tenants_rows_batches_do_not_starve_another_tenants_small_batch() ->
     assert r.status_code == 200
     assert bob_seconds < 5, (f"a 16-item numeric batch took {bob_seconds:.1f} s behind another tenant's four "
                              f"100-item rows batches (answered {eve_statuses}), 400 grades within its default limits")
+
+
+# ---- hole 6: embedded idempotency records are bounded in number, not in bytes ----------------------
+
+# The store keeps up to ``max_kept_jobs`` (10,000) records, but a record keeps its whole result,
+# and a rows answer graded wrong carries its evidence row by row: hundreds of kilobytes as JSON and
+# more as Python objects. A tenant sending such items with fresh request ids (within its default
+# limits) makes the process hold that for every record, up to the count cap.
+
+def test_idempotency_records_of_large_rows_results_stay_bounded_in_bytes() -> None:
+    import json
+
+    rows = [{"name": "r" * 60, "x": i + 0.5} for i in range(1000)]
+    wrong = json.dumps({"rows": [{"name": "q" * 60, "x": i + 0.7} for i in range(1000)]})
+    kept_cap = 10_000  # SCALING_GRADER_QUEUE__MAX_KEPT_JOBS, default
+    with serving() as served, served.client("eve", timeout=120) as eve:
+        before = _rss_mib(served.pid)
+        sent = 0
+        for batch in range(8):  # 8 x 40 = 320 records, 320 grades
+            r = eve.post("/v1/grade/batch", json={"items": [
+                {"reference": {"rows": rows}, "completion": wrong, "request_id": f"e-{batch}-{i}"}
+                for i in range(40)]})
+            assert r.status_code == 200, r.text[:200]
+            sent += 40
+        grown = _rss_mib(served.pid) - before
+    at_cap = grown * kept_cap / sent
+    assert at_cap < 2048, (f"{sent} idempotency records grew the server by {grown} MiB: the {kept_cap}-record cap "
+                           f"allows about {at_cap / 1024:.1f} GiB, from one tenant within its default limits")
