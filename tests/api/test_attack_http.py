@@ -105,7 +105,7 @@ def test_unclosed_chatml_openers_in_a_reward_query_do_not_pin_grading_for_other_
                 bob_status = r.status_code
             except httpx.TimeoutException:
                 bob_seconds, bob_status = time.monotonic() - started, None
-            attack_outcomes = []
+            attack_outcomes: list[object] = []
             for attack in attacks:
                 try:
                     attack_outcomes.append(attack.result().status_code)
