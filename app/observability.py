@@ -217,10 +217,13 @@ class BodyLimitMiddleware:
         seen = 0
         holding = False
         deadline: float | None = None  # set when the app first asks for the body
+        body_done = False
         allowance = self.grace_seconds + expected / self.min_bytes_per_second
 
         async def limited_receive() -> dict[str, Any]:
-            nonlocal seen, holding, deadline
+            nonlocal seen, holding, deadline, body_done
+            if body_done:  # past the body: a wait for the client's disconnect, with no deadline
+                return await receive()
             loop = asyncio.get_running_loop()
             if deadline is None:
                 deadline = loop.time() + allowance
@@ -229,6 +232,7 @@ class BodyLimitMiddleware:
             except TimeoutError:
                 raise HTTPException(408, "the request body did not arrive in time") from None
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     # an HTTPException passes through FastAPI's body parsing to the error handler

@@ -69,3 +69,23 @@ def test_a_stalled_large_body_gives_its_slot_back() -> None:
         return chunks.pop(0)
 
     assert answer(middleware, receive, 500)[0] == 200
+
+
+def test_a_wait_for_disconnect_after_the_body_has_no_deadline() -> None:
+    # Streaming responses wait on receive() for the client's disconnect once the body is in.
+    messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await asyncio.sleep(0.5)  # past the deadline below
+        return {"type": "http.disconnect"}
+
+    async def waits_for_disconnect(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        status = 200 if (await receive())["type"] == "http.disconnect" else 500
+        await send({"type": "http.response.start", "status": status, "headers": []})
+
+    middleware = BodyLimitMiddleware(waits_for_disconnect, max_bytes=1000, grace_seconds=0.1,
+                                     min_bytes_per_second=1_000_000)
+    assert answer(middleware, receive, 2)[0] == 200
