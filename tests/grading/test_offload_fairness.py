@@ -26,8 +26,10 @@ def test_a_small_tenant_is_served_before_a_backlog_queued_earlier() -> None:
         await asyncio.gather(small, *backlog)
 
     asyncio.run(run())
-    # the calls in progress when it arrived finish first, then the small tenant's turn
-    assert order.index("small") <= GRADING_THREADS
+    # the calls in progress when it arrived finish first, then at most one more of the tenant
+    # ahead of it in the round (it was waiting first), then the small tenant's turn: not the
+    # ten heavy calls still queued
+    assert order.index("small") <= GRADING_THREADS + 1
 
 
 def test_a_cancelled_waiter_passes_its_slot_on() -> None:
