@@ -11,7 +11,8 @@ milliseconds (see bench/bench_hostile.py for the /healthz latency under attack).
 The threads are handed out per tenant in turn (round robin over the tenants waiting, first come
 first served within one): a tenant with a backlog of heavy batches gets a thread every other
 turn, so another tenant's call waits for at most the calls in progress and one more of each
-tenant ahead of it in the round, not for the backlog. Callers keep each call small (batches are graded in chunks) so that wait stays short."""
+tenant ahead of it in the round, not for the backlog. Callers keep each call small (batches are
+graded in chunks) so that wait stays short."""
 
 from __future__ import annotations
 
