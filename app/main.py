@@ -127,7 +127,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the batch and reward routes hold up to max_grades_per_batch completions (docs/api.md)
     batch_paths = {"/v1/grade/batch", "/v1/rewards", "/get_reward", "/get_reward/", "/v1/grade/labelled"}
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes,
-                       path_limits=dict.fromkeys(batch_paths, settings.limits.batch_request_bytes))
+                       path_limits=dict.fromkeys(batch_paths, settings.limits.batch_request_bytes),
+                       grace_seconds=settings.limits.body_grace_seconds,
+                       min_bytes_per_second=settings.limits.body_min_bytes_per_second)
     app.add_middleware(UnprefixedTwins)  # GET /tasks, POST /grade...: the card's paths, answered by /v1
     # Outermost: a cross-site browser request is refused before anything reads it.
     app.add_middleware(BrowserGuard, bind_host=settings.host, allowed_hosts=settings.allowed_hosts,

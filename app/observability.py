@@ -186,12 +186,19 @@ class BodyLimitMiddleware:
     gives some paths (the batch routes) a larger limit (a key ending in ``/`` covers the paths
     under it). Only ``large_bodies`` requests with a body over ``max_bytes`` are served at once per
     process (later ones wait), so memory stays bounded by that many of the largest limit however
-    many such requests arrive together."""
+    many such requests arrive together.
+
+    A body must arrive whole within ``grace_seconds`` plus its length (Content-Length, else the
+    limit) at ``min_bytes_per_second``, else 408: a client that stops half-way does not hold the
+    buffered part, nor a large-body slot, for longer than that. Time spent waiting for a slot is
+    not counted against the client."""
 
     def __init__(self, app: Any, max_bytes: int, path_limits: dict[str, int] | None = None,
-                 large_bodies: int = 2) -> None:
+                 large_bodies: int = 2, grace_seconds: float = 15.0,
+                 min_bytes_per_second: int = 512 * 1024) -> None:
         self.app, self.max_bytes, self.path_limits = app, max_bytes, path_limits or {}
         self._large = asyncio.Semaphore(large_bodies)
+        self.grace_seconds, self.min_bytes_per_second = grace_seconds, min_bytes_per_second
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -200,24 +207,41 @@ class BodyLimitMiddleware:
         path = scope.get("path", "")
         # a path, or its parent with a trailing slash (``/get_reward/`` covers a key in the URL)
         limit = self.path_limits.get(path) or self.path_limits.get(path.rsplit("/", 1)[0] + "/", self.max_bytes)
+        expected = limit
         for key, value in scope.get("headers", ()):
-            if key == b"content-length" and value.isdigit() and int(value) > limit:
-                await _too_large(send, limit)
-                return
+            if key == b"content-length" and value.isdigit():
+                expected = int(value)
+                if expected > limit:
+                    await _too_large(send, limit)
+                    return
         seen = 0
         holding = False
+        deadline: float | None = None  # set when the app first asks for the body
+        body_done = False
+        allowance = self.grace_seconds + expected / self.min_bytes_per_second
 
         async def limited_receive() -> dict[str, Any]:
-            nonlocal seen, holding
-            message = await receive()
+            nonlocal seen, holding, deadline, body_done
+            if body_done:  # past the body: a wait for the client's disconnect, with no deadline
+                return await receive()
+            loop = asyncio.get_running_loop()
+            if deadline is None:
+                deadline = loop.time() + allowance
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                raise HTTPException(408, "the request body did not arrive in time") from None
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     # an HTTPException passes through FastAPI's body parsing to the error handler
                     raise HTTPException(413, f"the request body exceeds {limit} bytes")
                 if seen > self.max_bytes and not holding:
+                    waited_from = loop.time()
                     await self._large.acquire()
                     holding = True
+                    deadline += loop.time() - waited_from  # the wait for a slot is ours, not the client's
             return message
 
         try:

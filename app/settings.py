@@ -56,6 +56,10 @@ class Limits(BaseModel):
     max_wait_seconds: float = Field(60.0, ge=0)
     # Body limit of the batch and reward routes; None: derived (see ``batch_request_bytes``).
     max_batch_request_bytes: int | None = Field(None, gt=0, le=BATCH_BODY_HARD_CAP)
+    # A body must arrive within body_grace_seconds plus its length at body_min_bytes_per_second
+    # (408 past that): a client that stalls mid-upload cannot hold its memory or a large-body slot.
+    body_grace_seconds: float = Field(15.0, gt=0)
+    body_min_bytes_per_second: int = Field(512 * 1024, gt=0)
 
     @property
     def batch_request_bytes(self) -> int:
@@ -99,7 +103,11 @@ class QueueSettings(BaseModel):
     embedded_threads: int = Field(4, gt=0, description="embedded mode: threads grading queued kinds")
     # Embedded mode keeps idempotency records and results in memory: the oldest finished ones go
     # first past this many (Redis mode bounds them by result_ttl and the tenants' grade rates).
-    max_kept_jobs: int = Field(10_000, gt=0, description="embedded mode: job records kept in memory")
+    max_kept_jobs: int = Field(10_000, gt=0, description="embedded mode: job records kept in memory per tenant")
+    # ...and in bytes: results are kept as compressed JSON, counted by their stored size.
+    max_kept_bytes_per_tenant: int = Field(32 * 1024 * 1024, gt=0,
+                                           description="embedded mode: stored result bytes per tenant")
+    max_kept_bytes: int = Field(256 * 1024 * 1024, gt=0, description="embedded mode: stored result bytes in all")
     # Jobs one `scaling-grader worker` process runs at once (its lanes, sharing one sandbox);
     # 0: the cores the process is given (affinity, cgroup CPU quota), so that one worker per
     # machine or container keeps every core busy.

@@ -74,7 +74,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        names = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+        names = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "payload_too_large"}
         error = names.get(exc.status_code, "http_error")
         detail = str(exc.detail)[:200]
         if exc.status_code == 400:  # FastAPI's body decoding failures (non-UTF-8 bytes)

@@ -57,7 +57,7 @@ async def grade_batch(request: Request) -> Response:
         return '{"results":[' + ",".join(parts) + "]}"
 
     # Results carry evidence (a rows answer's diffs): writing hundreds of them is grading-sized work.
-    return _json(body() if len(results) <= ON_LOOP_RESULTS else await off_loop(body))
+    return _json(body() if len(results) <= ON_LOOP_RESULTS else await off_loop(body, tenant=tenant_of(request).name))
 
 
 # Added to the application's own router (see main.py), ahead of the included routers: a route

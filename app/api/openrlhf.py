@@ -28,16 +28,44 @@ import re
 
 from app.graders.completion import without_edge_tokens
 
-# Assistant-turn openers of common chat templates; the response follows the last one.
-_ASSISTANT_MARKERS = re.compile(
-    r"<\|im_start\|>assistant[^\n]*\n"  # ChatML (Qwen, many others)
-    r"|<\|start_header_id\|>assistant<\|end_header_id\|>\s*"  # Llama 3
-    r"|<start_of_turn>model\s*"  # Gemma
-    r"|\[/INST\]"  # Mistral, Llama 2
-    r"|<｜Assistant｜>"  # DeepSeek
-    r"|<\|assistant\|>\s*"  # Phi, Zephyr
-    r"|^Assistant:|\nAssistant:",  # plain transcripts
+# Assistant-turn openers of common chat templates, as (literal, what may follow it): the response
+# follows the last one. Found with str.rfind, never a backtracking regex: a query of many openers
+# that never complete costs time linear in its length.
+_CHATML = "<|im_start|>assistant"  # ChatML (Qwen, many others): the rest of its line is the role's tail
+_SKIP_SPACE = (
+    "<|start_header_id|>assistant<|end_header_id|>",  # Llama 3
+    "<start_of_turn>model",  # Gemma
+    "<|assistant|>",  # Phi, Zephyr
 )
+_EXACT = ("[/INST]", "<｜Assistant｜>")  # Mistral, Llama 2; DeepSeek
+_PLAIN = "Assistant:"  # plain transcripts: at the start of the query or of a line
+
+
+def _after_last_marker(query: str) -> int | None:
+    """Where the response starts after the last assistant-turn marker, or None without one.
+    Each marker kind costs one or two rfind/find calls: linear in the query."""
+    found: list[tuple[int, int]] = []  # (marker start, response start)
+    # ChatML's opener counts only with a newline after it: the last such opener lies before the
+    # last newline, and its line ends at the first newline after it.
+    last_newline = query.rfind("\n")
+    if last_newline >= 0 and (at := query.rfind(_CHATML, 0, last_newline)) >= 0:
+        found.append((at, query.find("\n", at + len(_CHATML)) + 1))
+    for marker in _SKIP_SPACE:
+        if (at := query.rfind(marker)) >= 0:
+            end = at + len(marker)
+            while end < len(query) and query[end].isspace():
+                end += 1
+            found.append((at, end))
+    for marker in _EXACT:
+        if (at := query.rfind(marker)) >= 0:
+            found.append((at, at + len(marker)))
+    if (at := query.rfind("\n" + _PLAIN)) >= 0:
+        found.append((at, at + 1 + len(_PLAIN)))
+    elif query.startswith(_PLAIN):
+        found.append((0, len(_PLAIN)))
+    return max(found)[1] if found else None
+
+
 _SPACE = re.compile(r"\s+")
 
 
@@ -74,6 +102,6 @@ def response_from_query(query: str, prompt: str | None) -> str:
         else:
             response = _after_collapsed(query, prompt)
     if response is None:
-        markers = list(_ASSISTANT_MARKERS.finditer(query))
-        response = query[markers[-1].end():] if markers else query
+        after = _after_last_marker(query)
+        response = query if after is None else query[after:]
     return without_edge_tokens(response).strip()

@@ -16,6 +16,7 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.errors import describe_validation_errors
+from app.api.json_budget import check_json_budget
 from app.errors import ApiError
 from app.grading.offload import off_loop
 
@@ -36,6 +37,21 @@ def require_json(request: Request) -> None:
         raise ApiError(415, "unsupported_media_type", "send the body as JSON with 'Content-Type: application/json'")
 
 
+def _tenant_name(request: Request) -> str:
+    tenant = getattr(request.state, "tenant", None)  # set by the tenant middleware
+    return getattr(tenant, "name", "")
+
+
+def _max_elements(request: Request) -> int:
+    limits = request.app.state.settings.limits
+    return max(limits.max_grades_per_batch, limits.max_tasks_per_request)
+
+
+def _checked_parse(model: type[M], raw: bytes, max_elements: int) -> M:
+    check_json_budget(raw, max_elements)  # before the parse, which holds the interpreter lock throughout
+    return model.model_validate_json(raw)
+
+
 async def parse_body(request: Request, model: type[M]) -> M:
     require_json(request)
     try:
@@ -45,7 +61,7 @@ async def parse_body(request: Request, model: type[M]) -> M:
     try:
         if len(raw) <= ON_LOOP_BODY_BYTES:
             return model.model_validate_json(raw)
-        return await off_loop(model.model_validate_json, raw)
+        return await off_loop(_checked_parse, model, raw, _max_elements(request), tenant=_tenant_name(request))
     except ValidationError as exc:
         status, error, detail = describe_validation_errors(list(exc.errors(include_input=False)), located=False)
         raise ApiError(status, error, detail) from None

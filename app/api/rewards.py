@@ -30,6 +30,7 @@ from app.grading.labels import UNSCORED_REASONS, in_order, pending, requests_for
 from app.grading.lenient import grade_labelled_with, grade_leniently
 from app.grading.models import Completion, GradeBatchRequest, GradeRequest
 from app.grading.offload import off_loop
+from app.settings import BATCH_ITEM_ENVELOPE_BYTES
 
 
 class RewardsResponse(BaseModel):
@@ -127,10 +128,11 @@ async def get_reward(request: Request) -> Response:
     else:
         size = sum(map(len, body.query)) + sum(map(len, body.prompts or ())) + sum(
             len(label) if isinstance(label, str) else 64 for label in body.labels or ())
+        cap = settings_of(request).limits.max_completion_chars
         if size <= ON_LOOP_QUERY_CHARS:
-            slots = _slots(body)
+            slots = _slots(body, cap)
         else:  # cutting responses and reading labels is linear in their size: not on the loop
-            slots = await off_loop(_slots, body)
+            slots = await off_loop(_slots, body, cap, tenant=tenant_of(request).name)
         results = in_order(slots, await _rewards(request, pending(slots), per_item_judge=True))
     # OpenRLHF turns every list into a tensor, so no nulls and no strings: an unscored item gets
     # 0.0, the `scored` mask says which rewards to trust and the unscored_* flags say why.
@@ -147,12 +149,21 @@ async def get_reward(request: Request) -> Response:
                     media_type="application/json")
 
 
-def _slots(body: GetRewardRequest) -> list[Any]:
+def _slots(body: GetRewardRequest, max_completion_chars: int) -> list[Any]:
     n = len(body.query)
     prompts: Sequence[str | None] = body.prompts or [None] * n
     labels = body.labels or [None] * n
-    responses = (response_from_query(q, p) for q, p in zip(body.query, prompts, strict=True))
+    responses = (_response(q, p, max_completion_chars) for q, p in zip(body.query, prompts, strict=True))
     return requests_for(zip(labels, responses, strict=True))
+
+
+def _response(query: str, prompt: str | None, max_completion_chars: int) -> str:
+    """The response cut out of ``query``; a query longer than its prompt, the completion cap and an
+    item's envelope (a chat template's turns) holds a response over the cap whatever the cut, so
+    it is not cut at all: graded as is, it is scored too_long, before any work on its text."""
+    if len(query) > len(prompt or "") + max_completion_chars + BATCH_ITEM_ENVELOPE_BYTES:
+        return query
+    return response_from_query(query, prompt)
 
 
 def _floats(values: list[float]) -> str:
@@ -172,7 +183,7 @@ async def grade_labelled(request: Request) -> Response:
         return '{"results":[' + ",".join(r.model_dump_json() for r in results) + "]}"
 
     # as /v1/grade/batch: hundreds of results with their evidence are written off the loop
-    return Response(content=written() if len(results) <= 8 else await off_loop(written),
+    return Response(content=written() if len(results) <= 8 else await off_loop(written, tenant=tenant_of(request).name),
                     media_type="application/json")
 
 

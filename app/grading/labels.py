@@ -40,12 +40,39 @@ _BARE_ROWS_ID = re.compile(r"sc-\d{3}")
 _ID_SHAPED = re.compile(r"[A-Za-z][\w-]*(/[\w.:-]+)+")
 
 
+# A label names a task or holds a small reference: bounded before any work on it, so that a label
+# of hundreds of thousands of keys (validated, and refused key by key, in calls that hold the
+# interpreter lock throughout) cannot stall every other request. Generous for a reference of a
+# thousand rows; refused (an unscored bad label) past either bound.
+MAX_LABEL_CHARS = 64 * 1024
+MAX_LABEL_NODES = 16 * 1024
+
+
+def _check_label_size(value: Any) -> None:
+    """LabelError if ``value`` holds more than MAX_LABEL_NODES values and keys in all or strings
+    longer than MAX_LABEL_CHARS; stops counting at the bound, so its cost is bounded too."""
+    seen, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        size = len(node) if isinstance(node, dict | list | tuple) else 1
+        seen += size
+        if seen > MAX_LABEL_NODES:  # checked before a container's items are looked at
+            raise LabelError(f"a label holds at most {MAX_LABEL_NODES} values and keys")
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+        elif isinstance(node, str) and len(node) > MAX_LABEL_CHARS:
+            raise LabelError(f"a label holds at most {MAX_LABEL_CHARS} characters")
+
+
 def _is_task_id(text: str) -> bool:
     return text.partition("/")[0] in SPLIT_LOADERS
 
 
 def target_from_label(label: Any) -> dict[str, Any]:
     """The grade-request fields a label stands for: {"task_id": ...} or {"reference": ...}."""
+    _check_label_size(label)
     value = label
     if isinstance(label, str):
         text = label.strip()
@@ -63,6 +90,7 @@ def target_from_label(label: Any) -> dict[str, Any]:
             value = json.loads(text)
         except (ValueError, RecursionError):  # nesting deeper than the stack: not a label either
             raise LabelError("label is neither a task id nor valid JSON") from None
+        _check_label_size(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return {"reference": {"values": [float(value)]}}
     if isinstance(value, list | tuple):

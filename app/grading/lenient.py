@@ -57,5 +57,5 @@ async def grade_labelled_with(service: GradingService, labels: Sequence[Any], co
                               tenant: Tenant = LOCAL_TENANT, **options: Any) -> list[GradeResult]:
     """Grade (label, completion) pairs in order; ``options`` are GradeRequest fields."""
     # Reading labels is linear in their size, and a batch may carry megabytes: off the event loop.
-    slots = await off_loop(lambda: requests_for(zip(labels, completions, strict=True), **options))
+    slots = await off_loop(lambda: requests_for(zip(labels, completions, strict=True), **options), tenant=tenant.name)
     return in_order(slots, await grade_leniently(service, pending(slots), tenant))

@@ -8,7 +8,7 @@ import asyncio
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from app.errors import ApiError, JobPending, QueueUnavailable
@@ -28,8 +28,27 @@ from app.tasks.base import INLINE_KINDS, Task, UnknownTask
 from app.tasks.registry import resolve_task
 from app.tenants import LOCAL_TENANT, Tenant
 
-# Inline items of a batch graded per trip to a worker thread.
+# Inline items of a batch graded per trip to a worker thread: at most this many, and no more
+# completion text than INLINE_CHUNK_CHARS unless one item alone holds more. A trip is what another
+# tenant's call may wait for (the threads are shared in turn), so it is kept short.
 INLINE_CHUNK = 64
+INLINE_CHUNK_CHARS = 64 * 1024
+
+
+_Inline = tuple[int, Task, str, GradeRequest]  # (index in the batch, task, completion text, request)
+
+
+def _chunks(items: Sequence[_Inline]) -> Iterator[list[_Inline]]:
+    chunk: list[_Inline] = []
+    chars = 0
+    for item in items:
+        if chunk and (len(chunk) >= INLINE_CHUNK or chars + len(item[2]) > INLINE_CHUNK_CHARS):
+            yield chunk
+            chunk, chars = [], 0
+        chunk.append(item)
+        chars += len(item[2])
+    if chunk:
+        yield chunk
 # A numeric completion up to this long is graded on the event loop (a worker-thread hop costs
 # more than grading it); anything longer, and every rows answer, is graded on a worker thread.
 ON_LOOP_CHARS = 4096
@@ -295,7 +314,7 @@ class GradingService:
         cannot hold every other request (and /healthz) back."""
         if len(text) <= ON_LOOP_CHARS and task.grading == "numeric":
             return self.grade_now(task, text, request, tenant)
-        return await off_loop(self.grade_now, task, text, request, tenant)
+        return await off_loop(self.grade_now, task, text, request, tenant, tenant=tenant)
 
     async def grade_many(self, requests: Sequence[GradeRequest], tenant: Tenant = LOCAL_TENANT, *,
                          reward_only: bool = False) -> list[GradeResult | JobPending]:
@@ -307,15 +326,14 @@ class GradingService:
         the event loop would hold every other request back for seconds."""
         # Checking items (resolving tasks, reading inline references) is work in proportion to
         # the batch: on a worker thread too.
-        results, inline, others = await off_loop(self._prepare_all, requests, tenant)
+        results, inline, others = await off_loop(self._prepare_all, requests, tenant, tenant=tenant.name)
         await self.charge([task for _, task, _, _ in inline + others], tenant)  # a 429 refuses the batch
         # Claimed (and in-flight slots reserved) before anything is graded: a refused batch
         # costs no grading and leaves nothing queued.
         claimed = await self._claim_all(others, tenant)
 
-        for start in range(0, len(inline), INLINE_CHUNK):
-            chunk = inline[start : start + INLINE_CHUNK]
-            graded = await off_loop(self._grade_chunk, chunk, tenant.name)
+        for chunk in _chunks(inline):
+            graded = await off_loop(self._grade_chunk, chunk, tenant.name, tenant=tenant.name)
             for (i, *_), result in zip(chunk, graded, strict=True):
                 results[i] = result if reward_only else self.shown(result, tenant)
 

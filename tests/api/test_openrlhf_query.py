@@ -92,3 +92,21 @@ def test_a_long_run_of_padding_is_cut_in_linear_time() -> None:
     prompt, eot = TEMPLATES["chatml"]
     query = prompt + RESPONSE + eot + "<pad>" * 200_000 + "</s>" * 50_000
     assert response_from_query(query, prompt) == RESPONSE
+
+
+def test_unclosed_chatml_openers_are_no_turn_and_a_closed_one_after_them_is() -> None:
+    # An opener counts only with a newline after it (its role line ends there); the search for
+    # it is a substring search, so many unclosed ones cost linear time (the real-HTTP attack
+    # test times a 1.26 MB query of them).
+    unclosed = "<|im_start|>assistant" * 50_000
+    assert response_from_query(unclosed, None).endswith("assistant<|im_start|>assistant")
+    assert response_from_query(unclosed + "<|im_start|>assistant\n7 s", None) == "7 s"
+    assert response_from_query("<|im_start|>assistant tail of role\n8 s" + unclosed, None).startswith("8 s")
+
+
+def test_the_last_of_several_template_markers_wins() -> None:
+    query = "<|im_start|>assistant\nfirst<|im_end|>[/INST] second <|im_start|>assistant\nthird"
+    assert response_from_query(query, None) == "third"
+    assert response_from_query("x<|im_start|>assistant\nA [/INST] B", None) == "B"
+    assert response_from_query("Assistant: 4 s", None) == "4 s"
+    assert response_from_query("User: hi\nAssistant: 5 s", None) == "5 s"

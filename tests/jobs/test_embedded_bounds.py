@@ -107,3 +107,45 @@ def test_a_batch_over_the_in_flight_cap_reserves_nothing() -> None:
             await store.reserve("t", [late.job_id], 2)  # the two hold both slots
 
     asyncio.run(run())
+
+
+def test_another_tenants_fresh_keys_do_not_evict_my_records() -> None:
+    store = jobs(max_kept_jobs=10)
+
+    async def run() -> bool:
+        mine = await store.claim("bob", "step-1", "digest")
+        await store.store("bob", mine.job_id, result())
+        for i in range(500):  # fifty times the bound, from another tenant
+            claim = await store.claim("mallory", f"m-{i}", "digest")
+            await store.store("mallory", claim.job_id, result())
+        assert len(store._of_tenant["mallory"]) <= 11
+        return await store.view("bob", mine.job_id, 0) is not None
+
+    assert asyncio.run(run())
+
+
+def big_result(i: int) -> GradeResult:
+    # evidence that does not compress away: distinct numbers row by row
+    rows = [{"row": n, "got": f"{(n * 7919 + i) % 100003:x}", "want": f"{(n * 104729) ^ i:x}"} for n in range(2000)]
+    return GradeResult(grading="rows", outcome=Outcome.incorrect, reward=0.0, explanation="wrong",
+                       details={"rows": rows})
+
+
+def test_stored_bytes_stay_under_the_tenant_and_total_bounds() -> None:
+    store = jobs(max_kept_bytes_per_tenant=200_000, max_kept_bytes=300_000)
+
+    async def run() -> None:
+        for i in range(60):
+            for tenant in ("a", "b", "c"):
+                claim = await store.claim(tenant, f"{tenant}-{i}", "digest")
+                await store.store(tenant, claim.job_id, big_result(i))
+                packed = len(store._jobs[claim.job_id].packed or b"")
+                assert packed > 10_000  # the bound is tested against results of real size
+                # each bound, plus the one record stored since the last claim trimmed
+                assert store._bytes[tenant] <= 200_000 + packed
+                assert store._total_bytes <= 300_000 + packed
+        assert store._total_bytes == sum(len(j.packed or b"") for j in store._jobs.values())
+        newest = await store.view("c", store._jobs[next(reversed(store._jobs))].job_id, 0)
+        assert newest is not None and newest.result is not None and newest.result.details["rows"][5]["row"] == 5
+
+    asyncio.run(run())
