@@ -58,6 +58,15 @@ def deployment_secret(connection: Any) -> str:
         return value
 
 
+def restore_known_secret(connection: Any) -> None:
+    """Put back the secret this process holds if Redis lost it (SET NX; nothing if it never read
+    one, or a secret is configured). Run by the deployment's maintenance lane every interval, so a
+    lost key comes back even before the next job needs it."""
+    with _lock:
+        if _known is not None and connection.set(KEY, _known, nx=True):
+            log.warning("the case secret was gone from Redis (data lost?); this process put it back")
+
+
 def forget_known_secret() -> None:
     """Drop the remembered secret (tests that start a deployment afresh in one process)."""
     global _known

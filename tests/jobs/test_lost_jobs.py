@@ -1,10 +1,12 @@
 """On a real Redis: what a claim whose job was never queued, and a job Redis lost, look like to
-the API (app.jobs.redis_jobs), and the test proxy that cuts a client off while Redis is down."""
+the API (app.jobs.redis_jobs); an idle worker putting back the case secret Redis lost; and the
+test proxy refusing a client while Redis is down."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 import redis
@@ -12,10 +14,13 @@ import redis
 from app.errors import ApiError
 from app.jobs import keys
 from app.jobs.base import job_id_for
+from app.jobs.case_secret import KEY
 from app.jobs.redis_jobs import IssuedJobs, RedisJobs
 from app.settings import Settings
+from tests.support.impl_jobs import FAST_QUEUE
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import PausableProxy
+from tests.support.workers import start_worker, stop_worker
 
 pytestmark = pytest.mark.slow  # a Redis server per test
 
@@ -98,3 +103,22 @@ def test_the_proxy_refuses_a_client_while_the_server_is_down_and_serves_the_next
         assert redis.Redis.from_url(proxy.url, socket_timeout=5).ping()
     finally:
         proxy.close()
+
+
+def test_an_idle_worker_puts_the_case_secret_back_after_redis_loses_it(redis_server: RedisServer) -> None:
+    connection = redis_server.client()
+    worker = start_worker(redis_server.url, "keeper", {**FAST_QUEUE, "SCALING_GRADER_IMPL__CASE_SECRET": ""},
+                          queues="judge")
+    try:
+        deadline = time.monotonic() + 120
+        while connection.get(KEY) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        held = connection.get(KEY)
+        assert held is not None, "the worker did not read the secret when it started"
+        connection.flushall()
+        deadline = time.monotonic() + 60  # its maintenance (every second here) puts it back, no job needed
+        while connection.get(KEY) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert connection.get(KEY) == held
+    finally:
+        stop_worker(worker)
