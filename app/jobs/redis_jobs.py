@@ -26,6 +26,9 @@ from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
+import redis.exceptions as redis_errors
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
 
@@ -102,7 +105,13 @@ class RedisJobs:
         assert settings.redis_url
         self.settings = settings
         self.job_function = job_function
-        self.async_redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
+        # A connection the pool kept across a Redis restart is dead; one retry on a new connection
+        # (a connection error, not a timeout: a command that timed out may have run) spares the
+        # client a 503 for the restart it already waited out.
+        self.async_redis = aioredis.Redis.from_url(
+            settings.redis_url, socket_timeout=5, socket_connect_timeout=2,
+            retry=AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+            retry_on_error=[redis_errors.ConnectionError])
         self._sync = sync_connection(settings.redis_url)
         self._queues: dict[str, Queue] = {}
         self.notices = ResultNotices(self.async_redis)
@@ -248,7 +257,9 @@ class RedisJobs:
 
     async def ready(self) -> tuple[bool, str]:
         try:
-            await self.async_redis.ping()
+            # not PING: Redis answers it while still loading its AOF after a restart, when every
+            # read of a job would fail; a read of a key is refused (LOADING) until the data is back
+            await self.async_redis.exists(keys.MAINTENANCE)
         except REDIS_ERRORS as exc:
             return False, f"Redis is unreachable ({type(exc).__name__})"
         return True, "redis: connected"
