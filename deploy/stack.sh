@@ -171,6 +171,24 @@ book_mirror() {
   fi
 }
 
+case_secret() {
+  # The deployment's case secret, generated once and kept (0600) beside the API key, so that it
+  # does not live only in Redis (a Redis that lost its data would otherwise draw a new one, and the
+  # same completion other hidden cases). CASE_SECRET given: used as is. "case_secret keep" (a
+  # worker-only host) never generates one: copy the API host's file or set CASE_SECRET.
+  if [ -n "${CASE_SECRET:-}" ]; then export CASE_SECRET; return; fi
+  mkdir -p "$STATE"
+  if [ ! -s "$STATE/case-secret" ]; then
+    if [ "${1:-}" = keep ]; then
+      log "no CASE_SECRET and no $STATE/case-secret: the workers share the one stored in Redis"
+      return
+    fi
+    (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))' >"$STATE/case-secret")
+  fi
+  CASE_SECRET=$(cat "$STATE/case-secret")
+  export CASE_SECRET
+}
+
 tenants_digest() { sha256sum "$TENANTS_FILE" | cut -d' ' -f1; }
 
 reload_tenants() {
@@ -249,6 +267,7 @@ up() {
   load_images
   tenants
   book_mirror
+  case_secret
   log "starting $COMPOSE_PROJECT_NAME with $WORKERS workers"
   if compose_v2; then
     compose up -d --no-build --remove-orphans --scale "worker=$WORKERS" >&2
@@ -320,6 +339,7 @@ case "${1:-}" in
   reload-tenants)
     load_images
     export TENANTS_FILE=${TENANTS_FILE:-$PWD/$STATE/tenants.toml} BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+    case_secret
     reload_tenants ;;
   workers)  # workers N: a worker-only host; REDIS_URL names the Redis of the API host
     [ -n "${REDIS_URL:-}" ] || { log "set REDIS_URL=redis://:PASSWORD@API_HOST:6379/0"; exit 2; }
@@ -327,6 +347,7 @@ case "${1:-}" in
     deploy/images.sh
     load_images
     export TENANTS_FILE=/dev/null BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+    case_secret keep
     if compose_v2; then
       compose up -d --no-build --no-deps --scale "worker=$2" worker >&2
     else
@@ -339,6 +360,7 @@ case "${1:-}" in
     load_images
     [ "${STACK_TEST:-0}" = 1 ] && COMPOSE_FILES+=(-f "$TEST_OVERLAY")
     export TENANTS_FILE=$PWD/$STATE/tenants.toml BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
+    case_secret
     scale_workers "$2" ;;
   *) echo "usage: $0 engine|up|down|test|scale N|workers N|reload-tenants" >&2; exit 2 ;;
 esac

@@ -9,6 +9,7 @@ abandoned and re-queues it. RQ's defaults would wait minutes."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -25,13 +26,14 @@ from rq.worker import WorkerStatus
 from app.cpus import cores_given
 from app.graders.impl import sandbox_status
 from app.jobs import keys, leases, presence, worker_health
+from app.jobs.case_secret import restore_known_secret, with_deployment_secret
 from app.jobs.leases import Lease, new_token
 from app.jobs.worker_registry import record_sandbox_tier
-from app.redis_link import sync_connection
+from app.redis_link import REDIS_ERRORS, sync_connection
 from app.sandbox import health as sandbox_health
 from app.sandbox.pool import shutdown_all
 from app.sandbox.stop import plain_tier_error, remove_stale_leftovers
-from app.settings import Settings
+from app.settings import Settings, get_settings
 from worker.deadline import GradingDeadline, LaneDeadline
 from worker.lanes import Lanes, lane_names
 
@@ -82,6 +84,7 @@ class GradingWorker(SimpleWorker):
         # RQ's maintenance lists every worker of each queue, so with one pass per lane the cost
         # would grow with the square of the lanes. A lane that is not the one waits an interval.
         if self.connection.set(keys.MAINTENANCE, self.name, nx=True, ex=self.maintenance_interval):
+            restore_known_secret(self.connection)  # a Redis that lost its data gets the secret back
             return True
         self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
         return False
@@ -89,6 +92,10 @@ class GradingWorker(SimpleWorker):
     def register_birth(self) -> None:
         super().register_birth()
         record_sandbox_tier(self.connection, self.key, self.sandbox_tier)  # for the status page
+        # Read (or store first) the deployment's case secret now, not at the first job: a worker
+        # that holds it puts it back if Redis loses it (app.jobs.case_secret).
+        with contextlib.suppress(*REDIS_ERRORS):
+            with_deployment_secret(get_settings(), self.connection)
 
     presence: str | None = None  # JSON record published with every heartbeat (app.jobs.presence)
     presence_ttl = 10

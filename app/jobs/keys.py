@@ -19,6 +19,11 @@ def owner(job_id: str) -> str:
     return f"{PREFIX}:owner:{job_id}"
 
 
+def requeue(job_id: str) -> str:
+    """Held (SET NX EX) by the one retry that re-queues a claimed job found never queued."""
+    return f"{PREFIX}:requeue:{job_id}"
+
+
 def in_flight(tenant: str) -> str:
     return f"{PREFIX}:inflight:{tenant}"
 

@@ -2,17 +2,33 @@
 written once (app.jobs.leases), waited for by notification (app.jobs.result_notices),
 idempotency keys set with NX, and a per-tenant in-flight set. A job re-run after its worker
 looked dead goes to the front of its queue (RQ's Retry with enqueue_at_front). Redis failures
-become a 503 with a reason, never a lost request."""
+become a 503 with a reason, never a lost request.
+
+Two ways Redis can lose what a client was told, and what this module does about each:
+
+* Redis dies between a request's claim (owner and idempotency records) and its enqueue, and
+  comes back with the claim (AOF) but no job: the retry of the same request_id finds a claim
+  that is not new, and a job with neither an RQ record nor a result. It re-queues it, once: the
+  retry that takes a short ``requeue`` marker (SET NX) does, concurrent retries wait for it.
+* Redis loses its data (no persistence, FLUSHALL, a fresh volume): the job ids this API process
+  handed out are remembered (bounded, per process), so a job it accepted that Redis no longer
+  knows answers 410 ``job_lost`` (resubmit; the same request_id re-runs it), not a 404 that says
+  it never existed; a result a worker wrote after the loss is still served to its tenant."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 import redis.asyncio as aioredis
+import redis.exceptions as redis_errors
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
 
@@ -35,6 +51,36 @@ def _text(value: bytes | str) -> str:
 # starts when the result is written): a job that waits hours behind a backlog is still the
 # client's when it runs. Seven days bounds what a claim whose job was never queued can leave.
 QUEUED_RECORD_TTL = 7 * 24 * 3600
+# How many job ids one API process remembers having handed out (id -> tenant, ~200 bytes each),
+# to tell a job Redis lost from one that never existed.
+ISSUED_MEMORY = 100_000
+# How long one retry holds the right to re-queue a claimed job that was never queued.
+REQUEUE_HOLD_SECONDS = 60
+
+
+class IssuedJobs:
+    """The job ids this process handed out, most recent last, oldest forgotten first."""
+
+    def __init__(self, capacity: int = ISSUED_MEMORY) -> None:
+        self.capacity = capacity
+        self._owners: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def note(self, job_id: str, tenant: str) -> None:
+        with self._lock:
+            self._owners[job_id] = tenant
+            self._owners.move_to_end(job_id)
+            while len(self._owners) > self.capacity:
+                self._owners.popitem(last=False)
+
+    def owner(self, job_id: str) -> str | None:
+        with self._lock:
+            return self._owners.get(job_id)
+
+
+def job_lost() -> ApiError:
+    return ApiError(410, "job_lost", "this job was accepted but the queue no longer has it (Redis lost its "
+                    "data, or its result expired); resubmit it (the same request_id runs it again)")
 
 # KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, job ids... -> 1 when every id
 # is reserved, 0 (and none is) when they would pass the cap: a batch is queued whole or refused whole.
@@ -59,10 +105,17 @@ class RedisJobs:
         assert settings.redis_url
         self.settings = settings
         self.job_function = job_function
-        self.async_redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
+        # A connection the pool kept across a Redis restart is dead; one retry on a new connection
+        # (a connection error, not a timeout: a command that timed out may have run) spares the
+        # client a 503 for the restart it already waited out.
+        self.async_redis = aioredis.Redis.from_url(
+            settings.redis_url, socket_timeout=5, socket_connect_timeout=2,
+            retry=AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+            retry_on_error=[redis_errors.ConnectionError])
         self._sync = sync_connection(settings.redis_url)
         self._queues: dict[str, Queue] = {}
         self.notices = ResultNotices(self.async_redis)
+        self.issued = IssuedJobs()
 
     def _queue(self, kind: str) -> Queue:
         if kind not in self._queues:
@@ -74,16 +127,28 @@ class RedisJobs:
         ttl = QUEUED_RECORD_TTL
         try:
             await self.async_redis.set(keys.owner(job_id), tenant, ex=ttl, nx=True)
+            self.issued.note(job_id, tenant)
             if request_id is None:
                 return ClaimResult(job_id, new=True)
             if await self.async_redis.set(keys.idempotency(tenant, job_id), digest, ex=ttl, nx=True):
                 return ClaimResult(job_id, new=True)
             seen = await self.async_redis.get(keys.idempotency(tenant, job_id))
+            if seen is not None and _text(seen) != digest:
+                raise ApiError(409, "request_id_reused", "this request_id was used for a different request")
+            return ClaimResult(job_id, new=await self._never_queued(job_id))
         except REDIS_ERRORS:
             raise QueueUnavailable("Redis is unreachable") from None
-        if seen is not None and _text(seen) != digest:
-            raise ApiError(409, "request_id_reused", "this request_id was used for a different request")
-        return ClaimResult(job_id, new=False)
+
+    async def _never_queued(self, job_id: str) -> bool:
+        """True for the one retry that should queue a claimed job that was never queued (Redis
+        died between the claim and the enqueue): no RQ record, no result, and this call took the
+        re-queue marker. A job whose RQ record expired after it ran has its result still (the
+        same TTL), so it is not run again. A first request between its own claim and enqueue
+        could race a retry here; RQ would then hold the id twice, and the job's lease lets only
+        one attempt grade it (app.jobs.leases)."""
+        if await self.async_redis.exists(keys.rq_job(job_id), keys.result(job_id)):
+            return False
+        return bool(await self.async_redis.set(keys.requeue(job_id), "1", ex=REQUEUE_HOLD_SECONDS, nx=True))
 
     async def enqueue(self, tenant: str, job_id: str, work: QueuedGrading, max_in_flight: int | None = None) -> None:
         queue_settings = self.settings.queue
@@ -155,6 +220,8 @@ class RedisJobs:
     async def view(self, tenant: str, job_id: str, wait: float) -> JobView | None:
         try:
             owner = await self.async_redis.get(keys.owner(job_id))
+            if owner is None and self.issued.owner(job_id) == tenant:
+                return await self._lost(job_id)
             if owner is None or _text(owner) != tenant:
                 return None
             raw = await self._wait_for_result(job_id, wait)
@@ -175,6 +242,14 @@ class RedisJobs:
             raise QueueUnavailable("Redis is unreachable") from None
         return JobView(job_id, "started" if state == "started" else "queued")
 
+    async def _lost(self, job_id: str) -> JobView:
+        """A job this process accepted for the tenant whose records Redis no longer has: its result
+        if a worker wrote one after the loss, else 410 (not the 404 of a job that never existed)."""
+        raw = await self._stored(job_id)
+        if raw is None:
+            raise job_lost()
+        return self._finished(job_id, raw)
+
     @staticmethod
     def _finished(job_id: str, raw: bytes) -> JobView:
         result = GradeResult.model_validate_json(raw)
@@ -182,7 +257,9 @@ class RedisJobs:
 
     async def ready(self) -> tuple[bool, str]:
         try:
-            await self.async_redis.ping()
+            # not PING: Redis answers it while still loading its AOF after a restart, when every
+            # read of a job would fail; a read of a key is refused (LOADING) until the data is back
+            await self.async_redis.exists(keys.MAINTENANCE)
         except REDIS_ERRORS as exc:
             return False, f"Redis is unreachable ({type(exc).__name__})"
         return True, "redis: connected"

@@ -13,7 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from app.graders.impl_cases import case_seed, draw_cases
-from app.jobs.case_secret import KEY, deployment_secret, with_deployment_secret
+from app.jobs.case_secret import KEY, deployment_secret, forget_known_secret, with_deployment_secret
 from app.settings import ImplSettings, Settings, get_settings
 from app.tasks.impl.exercises import BY_NAME
 from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, collect, completion
@@ -30,6 +30,14 @@ HALF_RIGHT_SOURCE = (
     "    return 1\n"
 )
 HALF_RIGHT = completion(HALF_RIGHT_SOURCE)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_memory():
+    """Each test is a deployment of its own: this process has not read any secret yet."""
+    forget_known_secret()
+    yield
+    forget_known_secret()
 
 
 def _fraction_passed(secret: str) -> float:
@@ -122,3 +130,32 @@ def test_replay_uses_the_secret_stored_in_redis(redis_server, monkeypatch, capsy
         assert [p["expected"] for p in printed] == [c.expected for c in drawn]
     finally:
         get_settings.cache_clear()
+
+
+def test_a_process_that_read_the_secret_puts_it_back_when_redis_loses_it(redis_server) -> None:
+    connection = redis_server.client()
+    first = deployment_secret(connection)
+    connection.flushall()  # a restart without persistence, a fresh volume
+    # A caller that never read it (a second process would, racing with SET NX) cannot win the
+    # race against our restore here, so the restored value is the one every caller then reads.
+    assert deployment_secret(connection) == first
+    assert connection.get(KEY).decode() == first
+    forget_known_secret()  # another process, started after the restore
+    assert deployment_secret(connection) == first
+
+
+def test_a_process_follows_a_secret_another_stored_first_after_the_loss(redis_server) -> None:
+    connection = redis_server.client()
+    mine = deployment_secret(connection)
+    connection.flushall()
+    assert connection.set(KEY, "b" * 64, nx=True)  # a process that never saw the old one won the race
+    # Workers must agree with each other above all: this one follows Redis rather than keep its own.
+    assert deployment_secret(connection) == "b" * 64 != mine
+
+
+def test_an_empty_configured_secret_counts_as_none(redis_server) -> None:
+    # compose passes ${CASE_SECRET:-} as an empty string when none was generated
+    connection = redis_server.client()
+    shared = with_deployment_secret(Settings(impl=ImplSettings(case_secret=SecretStr(""))), connection)
+    assert shared.impl.case_secret is not None
+    assert shared.impl.case_secret.get_secret_value() == connection.get(KEY).decode() != ""

@@ -34,4 +34,4 @@ def test_a_job_waiting_past_the_result_ttl_is_not_forgotten(redis_server) -> Non
         assert done["status"] == "finished" and done["result"]["reward"] == 1.0
         # from the write on, the records have the result's TTL
         ttl = redis_server.client().ttl(f"sg:owner:{job_id}")
-        assert 0 < ttl <= 2 or ttl == -2  # (expired already on a slow machine)
+        assert 0 <= ttl <= 2 or ttl == -2  # (0: under a second left; -2: expired already on a slow machine)

@@ -39,7 +39,12 @@ class PausableProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the server is down: refuse this client, keep serving the next ones
+                with contextlib.suppress(OSError):
+                    client.close()
+                continue
             self._sockets += [client, upstream]
             threading.Thread(target=self._relay, args=(client, upstream), daemon=True).start()
 
