@@ -52,9 +52,10 @@ LABEL_REWARD = {"query": ["Final answer: 1 s"]}
 
 # (name, path, request kwargs, status, error or None, check on the JSON body or None)
 HOSTILE: list[tuple[str, str, dict[str, Any], int, str | None, Any]] = [
-    # absurd nesting: refused by the body parser, never a RecursionError
-    ("body of 100k nested arrays", "/v1/grade", {"content": nested(100_000), "headers": JSON}, 400,
-     "malformed_json", None),
+    # absurd nesting: refused before it is parsed (more JSON values than an item may hold), never a
+    # RecursionError
+    ("body of 100k nested arrays", "/v1/grade", {"content": nested(100_000), "headers": JSON}, 413,
+     "body_too_complex", None),
     ("completion nested 50k deep", "/v1/rewards",
      {"content": '{"items": [{"task_id": "x", "completion": ' + nested(50_000) + "}]}", "headers": JSON},
      400, "malformed_json", None),
