@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import json
 import os
 import struct
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 import app.sandbox
+from tests.support.forked import report_from_fork
 
 SOURCE = (Path(app.sandbox.__file__).parent / "child_channels.py").read_text()
 SECCOMP_SOURCE = (Path(app.sandbox.__file__).parent / "child_seccomp.py").read_text()
@@ -51,26 +51,15 @@ def test_syscall_numbers_are_libseccomps(machine: str, arch: bytes) -> None:
 
 def _in_fork(check: Callable[[], dict[str, Any]], *, filtered: bool) -> dict[str, Any]:
     ns = _part(SOURCE, "child_channels.py")
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_end)
-            if filtered:
-                ns["install_channel_filter"]()
-            seen = check()
-            seen["closed"] = ns["channels_closed"]()
-            os.write(write_end, json.dumps(seen).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 4096):
-        data += chunk
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    assert data, "the fork reported nothing"
-    return json.loads(data)  # type: ignore[no-any-return]
+
+    def work() -> dict[str, Any]:
+        if filtered:
+            ns["install_channel_filter"]()
+        seen = check()
+        seen["closed"] = ns["channels_closed"]()
+        return seen
+
+    return report_from_fork(work)
 
 
 def _errno_of(call: Callable[[], object]) -> int:

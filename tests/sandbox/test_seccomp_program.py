@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
 import socket
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import app.sandbox
+from tests.support.forked import report_from_fork
 
 SOURCE = (Path(app.sandbox.__file__).parent / "child_seccomp.py").read_text()
 libc = ctypes.CDLL(None, use_errno=True)
@@ -49,23 +49,11 @@ def _probe() -> dict[str, int]:
 
 
 def _in_fork(arm) -> dict[str, int]:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_end)
-            arm()
-            os.write(write_end, json.dumps(_probe()).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 4096):
-        data += chunk
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    assert data, "the fork reported nothing"
-    return json.loads(data)
+    def work() -> dict[str, int]:
+        arm()
+        return _probe()
+
+    return report_from_fork(work)
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="syscall numbers of x86_64")
