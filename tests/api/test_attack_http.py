@@ -9,9 +9,6 @@ and in time."""
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,7 +20,7 @@ import httpx
 import pytest
 
 from app.tenants import new_key
-from tests.support.server import ROOT, free_port, stop_process, wait_until_up
+from tests.support.server import logged_server
 
 pytestmark = pytest.mark.slow  # a real HTTP server per test
 
@@ -58,18 +55,9 @@ def serving(**env_extra: str) -> Iterator[Served]:
         lines.append(f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{digest}"\n{extra}')
     (tmp / "tenants.toml").write_text("\n".join(lines))
     log = tmp / "server.log"
-    port = free_port()
-    env = {**os.environ, "SCALING_GRADER_TENANTS_FILE": str(tmp / "tenants.toml"), **env_extra}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--log-level", "warning"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_up(url, process)
+    env = {"SCALING_GRADER_TENANTS_FILE": str(tmp / "tenants.toml"), **env_extra}
+    with logged_server(env, log) as (url, process):
         yield Served(url, keys, log, process.pid)
-    finally:
-        stop_process(process)
 
 
 def numeric_item(i: int, request_id: str | None = None) -> dict:

@@ -54,6 +54,26 @@ def running_server(env: Mapping[str, str] | None = None, args: tuple[str, ...] =
         stop_process(process)
 
 
+@contextmanager
+def logged_server(env: Mapping[str, str], log: Path, log_level: str = "warning"
+                  ) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A real server whose output goes to ``log`` (for tests that read it afterwards, for a
+    traceback or a secret): yields its URL and process."""
+    port = free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--log-level", log_level],
+            cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(url, process)
+        yield url, process
+    finally:
+        stop_process(process)
+
+
 def stop_process(process: subprocess.Popen) -> None:
     """SIGTERM, then SIGKILL if it has not exited within ten seconds."""
     if process.poll() is None:
