@@ -107,16 +107,19 @@ def _literals(fn: Callable[..., Any]) -> set[float]:
     return out
 
 
-def computed_values(fn: Callable[[], Any], inputs: Iterable[float] = ()) -> tuple[set[float], set[float]]:
+def computed_values(fn: Callable[..., Any], inputs: Iterable[float] = (),
+                    arguments: dict[str, Any] | None = None) -> tuple[set[float], set[float]]:
     """(intermediates, finals) of running ``fn``: every number a helper it calls returned or one
     of its assignments held, less the final answers, the literals of ``fn``'s own source and the
-    given ``inputs`` (data such as spec-table figures and model constants).
+    given ``inputs`` (data such as spec-table figures and model constants). ``arguments`` are
+    passed to ``fn`` (a synthetic family's oracle takes its drawn parameters); they count as data.
 
     No tracer or profiler: on recent Pythons turning one on re-instruments every code object
     loaded (minutes in a process that has imported JAX). Instead the solution's source is
     recompiled with each assignment recorded, and the shared formulas and the module's own
     helpers are called through recording wrappers."""
     seen: set[float] = set()
+    kwargs = arguments or {}
 
     def record(value: Any) -> Any:
         seen.update(_numbers(value))
@@ -138,12 +141,12 @@ def computed_values(fn: Callable[[], Any], inputs: Iterable[float] = ()) -> tupl
     scope["__record__"] = record
     compiled = _recording(fn)
     if compiled is None:
-        finals = set(_numbers(fn()))
+        finals = set(_numbers(fn(**kwargs)))
     else:
         namespace: dict[str, Any] = {}
         exec(compiled, scope, namespace)
-        finals = set(_numbers(namespace[fn.__name__]()))
-    data = _literals(fn) | set(inputs)
+        finals = set(_numbers(namespace[fn.__name__](**kwargs)))
+    data = _literals(fn) | set(inputs) | numbers_in(kwargs)
     intermediates = {
         v for v in seen
         if abs(v) >= _SMALL and not any(_close(v, f) for f in finals) and not any(_close(v, d) for d in data)

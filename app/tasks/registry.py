@@ -47,6 +47,7 @@ def _impl(settings: Settings) -> Bank:
 # split name -> its bank loader
 SPLIT_LOADERS: dict[str, Callable[[Settings], Bank]] = {
     "synthetic": _synthetic,
+    "synthetic-v2": lambda s: __import__("app.tasks.synthetic.bank", fromlist=["_"]).load_bank_v2(s),
     "book": _book,
     "tasks": _tasks,
     "exam": _exam,

@@ -1,4 +1,9 @@
-"""Synthetic tasks by id: ``synthetic/<seed>/<index>``. Families are grouped into eight slots by
+"""Synthetic tasks by id: ``synthetic/<seed>/<index>`` (layout 1) and ``synthetic-v2/<seed>/<index>``
+(layout 2, the split ``synthetic-v2``). Layout 1 is frozen: RL runs list a seed's tasks by index,
+so adding a family to its slots would move every later task. New families go into layout 2,
+which keeps layout 1's eight slots and appends one slot per topic of app/tasks/synthetic/topics.py.
+
+Families are grouped into eight slots by
 the kind of work they teach (roofline, KV cache, transformer accounting, collectives, FSDP
 against tensor parallelism, ...). Position p = seed + index takes slot p mod 8, and within the
 slot the family rotates with p div 8. So any eight consecutive tasks, in particular the first
@@ -9,13 +14,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from app.tasks.base import Task, UnknownTask
+from app.tasks.difficulty import difficulty_tags
 from app.tasks.synthetic.families import FAMILIES, Generated
 from app.tasks.synthetic.rng import Draws
+from app.tasks.synthetic.topics import ORACLES, TOPIC_FAMILIES, TOPICS
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -79,15 +86,25 @@ class SyntheticBank:
             raise UnknownTask(task_id)
         return cached(int(m.group(1)), int(m.group(2)))
 
+    def _generate(self, seed: int, index: int) -> Task:
+        return generate(seed, index)
+
+    def _family_of(self, seed: int, index: int) -> str:
+        return family_of(seed, index)
+
+    @staticmethod
+    def _chapter_of(family: str) -> str:
+        return _FAMILY_CHAPTERS.get(family) or _TOPIC_CHAPTERS[family]
+
     def batch(self, *, seed: int, n: int, offset: int = 0, chapters: Sequence[str] | None = None) -> list[Task]:
         """Work in proportion to n, whatever the offset: the family pattern is periodic, so the
         offset-th matching index is found by arithmetic, not by walking every index before it."""
         if not chapters:
             indices: Sequence[int] = range(offset, min(offset + n, MAX_INDEX + 1))
         else:
-            wanted = {name for name, chapter in _FAMILY_CHAPTERS.items() if chapter in set(chapters)}
-            indices = matching_indices(seed, wanted, offset, n)
-        return [generate(seed, i) for i in indices]
+            wanted = {name for name in self._families if self._chapter_of(name) in set(chapters)}
+            indices = matching_indices(seed, wanted, offset, n, self._family_of, self._period)
+        return [self._generate(seed, i) for i in indices]
 
     def size(self) -> int | None:
         return None
@@ -96,10 +113,10 @@ class SyntheticBank:
         """The first task of each family in seed's order (what the coverage map counts)."""
         first: dict[str, int] = {}
         index = 0
-        while len(first) < len(_FAMILY_NAMES):
-            first.setdefault(family_of(seed, index), index)
+        while len(first) < len(self._families):
+            first.setdefault(self._family_of(seed, index), index)
             index += 1
-        return [generate(seed, i) for i in sorted(first.values())]
+        return [self._generate(seed, i) for i in sorted(first.values())]
 
     def info(self) -> dict[str, Any]:
         return {
@@ -107,26 +124,31 @@ class SyntheticBank:
             "description": self.description,
             "size": None,
             "grading": {"numeric": None},
-            "families": list(_FAMILY_NAMES),
-            "chapters": sorted(set(_FAMILY_CHAPTERS.values())),
+            "families": list(self._families),
+            "chapters": sorted({self._chapter_of(f) for f in self._families}),
         }
+
+    _families: tuple[str, ...] = _FAMILY_NAMES
+    _period = PERIOD
 
 
 # Each family always lands in one chapter; learn it once from a sample.
 _FAMILY_CHAPTERS: dict[str, str] = {name: fn(Draws(0, 0)).chapter for name, fn in FAMILIES.items()}
+_TOPIC_CHAPTERS: dict[str, str] = {name: fn(Draws(0, 0)).chapter for name, fn in TOPIC_FAMILIES.items()}
 
 
-def matching_indices(seed: int, wanted: set[str], offset: int, n: int) -> list[int]:
+def matching_indices(seed: int, wanted: set[str], offset: int, n: int,
+                     family: Callable[[int, int], str] = family_of, period: int = PERIOD) -> list[int]:
     """Indices of the offset-th to (offset + n - 1)-th tasks of the wanted families, in order
     (offset counts matching tasks only), none beyond MAX_INDEX."""
     # Matching indices within one period, for this seed; each later period repeats them shifted.
-    in_period = [i for i in range(PERIOD) if family_of(seed, i) in wanted]
+    in_period = [i for i in range(period) if family(seed, i) in wanted]
     if not in_period:
         return []
     periods, rank = divmod(offset, len(in_period))
     found: list[int] = []
     while len(found) < n:
-        index = periods * PERIOD + in_period[rank]
+        index = periods * period + in_period[rank]
         if index > MAX_INDEX:
             break
         found.append(index)
@@ -138,3 +160,71 @@ def matching_indices(seed: int, wanted: set[str], offset: int, n: int) -> list[i
 
 def load_bank(settings: Settings) -> SyntheticBank:
     return SyntheticBank()
+
+
+# ---- layout 2: layout 1's slots, then one slot per topic ------------------------------------
+
+SPLIT_V2 = "synthetic-v2"
+SLOTS_V2: tuple[tuple[str, ...], ...] = SLOTS + tuple(tuple(f.__name__ for f in fs) for fs in TOPICS.values())
+FAMILIES_V2: dict[str, Callable[[Draws], Generated]] = FAMILIES | TOPIC_FAMILIES
+_ID_V2 = re.compile(r"synthetic-v2/(\d{1,18})/(\d{1,18})")
+PERIOD_V2 = len(SLOTS_V2) * math.lcm(*(len(slot) for slot in SLOTS_V2))
+if sorted(f for slot in SLOTS_V2 for f in slot) != sorted(FAMILIES_V2):
+    raise RuntimeError("every layout-2 family must sit in exactly one slot")
+
+
+def family_of_v2(seed: int, index: int) -> str:
+    position = seed + index
+    slot = SLOTS_V2[position % len(SLOTS_V2)]
+    return slot[(position // len(SLOTS_V2)) % len(slot)]
+
+
+def generate_v2(seed: int, index: int) -> Task:
+    family = family_of_v2(seed, index)
+    g: Generated = FAMILIES_V2[family](Draws(seed, index))
+    # the topic families' oracles are separate functions: their steps are the difficulty tag
+    rated = _RATED.get(family, {})
+    return Task(
+        id=f"{SPLIT_V2}/{seed}/{index}",
+        split=SPLIT_V2,
+        prompt=g.prompt,
+        grading="numeric",
+        gold=g.gold,
+        chapter=g.chapter,
+        tags=g.tags,
+        meta={"family": family, "params": g.params, **rated},
+    )
+
+
+_RATED: dict[str, dict[str, int | str]] = {name: difficulty_tags(fn) for name, fn in ORACLES.items()}
+
+
+@lru_cache(maxsize=8192)
+def cached_v2(seed: int, index: int) -> Task:
+    return generate_v2(seed, index)
+
+
+class SyntheticBankV2(SyntheticBank):
+    name = SPLIT_V2
+    description = ("Seeded generator of numeric scaling problems, layout 2: layout 1's families and one "
+                   "slot per topic added since (speculative sampling, FlashAttention, causal masking, "
+                   "latency against throughput, MoE AllToAll, zero-bubble pipelines, GB200 NVL72, "
+                   "backward-pass communication, profiler traces)")
+    _families = tuple(FAMILIES_V2)
+    _period = PERIOD_V2
+
+    def get(self, task_id: str) -> Task:
+        m = _ID_V2.fullmatch(task_id)
+        if not m:
+            raise UnknownTask(task_id)
+        return cached_v2(int(m.group(1)), int(m.group(2)))
+
+    def _generate(self, seed: int, index: int) -> Task:
+        return generate_v2(seed, index)
+
+    def _family_of(self, seed: int, index: int) -> str:
+        return family_of_v2(seed, index)
+
+
+def load_bank_v2(settings: Settings) -> SyntheticBankV2:
+    return SyntheticBankV2()

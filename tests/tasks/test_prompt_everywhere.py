@@ -1,0 +1,37 @@
+"""Every served prompt is the prompt everywhere: for each split, the same task read through each
+path a user has (the bank in process, `GET /v1/tasks` on a real server, the task-by-id route,
+`scaling-grader export`, the eval's task list over HTTP and in process, and the verifiers
+environment's dataset column) carries byte-for-byte the same prompt text."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app.commands.export import public_rows
+from app.settings import Settings
+from app.tasks.registry import get_bank
+from scaling_book.selection import dataset_rows
+from scaling_book.tasks import public_tasks
+
+SPLITS = ["synthetic", "synthetic-v2", "book", "exam", "tasks"]
+N = 12
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_one_prompt_on_every_path(split: str, server_url: str) -> None:
+    bank = {t.id: t.prompt for t in get_bank(split, Settings()).batch(seed=3, n=N)}
+    assert len(bank) == N
+    listed = httpx.get(f"{server_url}/v1/tasks", params={"split": split, "seed": 3, "n": N}, timeout=60).json()
+    paths = {
+        "GET /v1/tasks": {t["id"]: t["prompt"] for t in listed["tasks"]},
+        "export": {r["id"]: r["prompt"] for r in public_rows(split, n=N, seed=3, chapters=None)},
+        "eval over HTTP": {t["id"]: t["prompt"] for t in public_tasks(split, n=N, seed=3, url=server_url)},
+        "eval in process": {t["id"]: t["prompt"] for t in public_tasks(split, n=N, seed=3)},
+        "verifiers dataset": {r["answer"]: r["question"] for r in dataset_rows(public_tasks(split, n=N, seed=3))},
+    }
+    for path, prompts in paths.items():
+        assert prompts == bank, path
+    for task_id, prompt in list(bank.items())[:3]:
+        one = httpx.get(f"{server_url}/v1/tasks/{task_id}", timeout=60).json()
+        assert one["prompt"] == prompt, task_id
