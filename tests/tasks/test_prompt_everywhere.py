@@ -35,3 +35,17 @@ def test_one_prompt_on_every_path(split: str, server_url: str) -> None:
     for task_id, prompt in list(bank.items())[:3]:
         one = httpx.get(f"{server_url}/v1/tasks/{task_id}", timeout=60).json()
         assert one["prompt"] == prompt, task_id
+
+
+def test_a_layout_2_task_grades_by_id_at_the_synthetic_tolerance(server_url: str) -> None:
+    task = get_bank("synthetic-v2", Settings()).batch(seed=3, n=1, chapters=["profiling"])[0]
+    values = [g.split(" ", 1) for g in task.gold]
+
+    def grade(scale: float) -> float:
+        answer = ", ".join(f"{float(v[0]) * scale!r} {v[1] if len(v) > 1 else ''}".strip() for v in values)
+        body = {"task_id": task.id, "completion": f"Final answer: {answer}"}
+        return float(httpx.post(f"{server_url}/v1/grade", json=body, timeout=60).json()["reward"])
+
+    tolerance = Settings().tolerance_for("synthetic")
+    assert grade(1.0) == 1.0 and grade(1 + tolerance / 2) == 1.0
+    assert grade(1 + 2 * tolerance) == 0.0
