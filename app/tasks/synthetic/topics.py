@@ -31,6 +31,12 @@ GPUS_WITH_NVLINK = tuple(c for c in COMPUTE_CHIPS if c.nvlink_bandwidth)
 CONVENTIONS = "A multiply-add is 2 FLOPs; bf16 is 2 bytes per element."
 
 
+def _lead(count: float) -> str:
+    """A count opening a sentence with its article ("An 8.9e+10", "A 3e+10")."""
+    text = f"{count:.6g}"
+    return f"{'An' if text.startswith(('8', '11', '18')) else 'A'} {text}"
+
+
 def _plain(value: float) -> str:
     """A dimensionless key (a fraction, a ratio, a probability)."""
     return repr(float(value))
@@ -255,7 +261,7 @@ def causal_prefill(d: Draws) -> Generated:
     layers, heads, head_dim = d.choice((16, 32, 48, 64, 80)), d.choice((16, 32, 64)), d.choice((64, 128))
     seq = d.choice((8192, 16384, 32768, 65536, 131072))
     prompt = (
-        f"A {n_params:.6g}-parameter decoder ({layers} layers, {heads} heads of dimension {head_dim}, "
+        f"{_lead(n_params)}-parameter decoder ({layers} layers, {heads} heads of dimension {head_dim}, "
         f"causal attention whose kernel computes no masked score) prefills one sequence of {seq} "
         f"tokens on one {chip.name} at its peak {chip.bf16_flops:.6g} bf16 FLOP/s. Count 2 FLOPs per "
         "parameter per token for the weight matmuls, plus the attention's score and value products "
@@ -283,7 +289,7 @@ def _decode_setup(d: Draws) -> dict[str, Any]:
 
 def _decode_text(s: dict[str, Any]) -> str:
     return (
-        f"A {s['params']:.6g}-parameter dense model with {s['weight_bytes']}-byte weights decodes on "
+        f"{_lead(s['params'])}-parameter dense model with {s['weight_bytes']}-byte weights decodes on "
         f"{s['chips']} {s['chip']} chips ({s['peak']:.6g} FLOP/s and {s['hbm']:.6g} bytes/s of HBM "
         f"bandwidth each), weights and KV caches sharded evenly. Each sequence's KV cache holds "
         f"{s['kv']:.6g} bytes. A decode step reads every weight and every sequence's KV cache from HBM "
@@ -534,12 +540,13 @@ def oracle_nvl_allreduce(nbytes: float, racks: int, rack_egress: float) -> tuple
 
 
 def nvl_allreduce(d: Draws) -> Generated:
-    nbytes = d.integer(1, 999) * 10.0 ** d.integer(8, 10)
+    nbytes = d.integer(1, 999) * 10.0 ** d.integer(7, 9)  # up to a 500e9-parameter model's bf16 gradient
     racks = d.choice((2, 4, 8, 16, 32))
     prompt = (
-        f"{_rack_text(racks)[0].upper()}{_rack_text(racks)[1:]} send {NVL72_RACK_EGRESS:.6g} bytes/s per "
-        "rack to a scale-out network, shared evenly by the rack's GPUs, which never limits more than "
-        f"that. Every rack holds its own {nbytes:.6g}-byte gradient, sharded evenly over its GPUs. The "
+        f"{_rack_text(racks)[0].upper()}{_rack_text(racks)[1:]} are joined by a scale-out network: each "
+        f"rack sends {NVL72_RACK_EGRESS:.6g} bytes/s to it in all, an equal share through each GPU's NIC, "
+        "and its switches never limit. "
+        f"Every rack holds its own {nbytes:.6g}-byte gradient, sharded evenly over its GPUs. The "
         "gradients are summed over the racks with a hierarchical AllReduce (first within each rack, then "
         "across racks, then within each rack again), every phase bandwidth-optimal. How long does it "
         f"take, ignoring latency, with the phases one after another? {ANSWER_ONE}"
@@ -586,7 +593,7 @@ def bwd_dp(d: Draws) -> Generated:
     n_params, chips = d.integer(1, 999) * 10.0 ** d.integer(7, 9), d.choice((4, 8, 16, 32))
     name, grad_bytes = d.choice((("bf16", 2), ("fp32", 4)))
     prompt = (
-        f"A {n_params:.6g}-parameter model is trained with pure data parallelism. "
+        f"{_lead(n_params)}-parameter model is trained with pure data parallelism. "
         f"{_ring_text(chips, chip.name, chip.ici_bandwidth_bidi)}. "
         f"After the backward pass every chip holds its own {name} gradient ({grad_bytes} bytes per "
         "parameter) and the chips must end with their sum. How long does that communication take, "
@@ -607,9 +614,9 @@ def oracle_bwd_fsdp(params: float, chips: int, bidi: float) -> tuple[float, ...]
 def bwd_fsdp(d: Draws) -> Generated:
     chip = d.choice(TPUS)
     assert chip.ici_bandwidth_bidi is not None
-    n_params, chips = d.integer(1, 999) * 10.0 ** d.integer(8, 10), d.choice((8, 16, 32, 64))
+    n_params, chips = d.integer(1, 999) * 10.0 ** d.integer(7, 9), d.choice((8, 16, 32, 64))
     prompt = (
-        f"A {n_params:.6g}-parameter model is trained with FSDP (ZeRO-3): weights, gradients and "
+        f"{_lead(n_params)}-parameter model is trained with FSDP (ZeRO-3): weights, gradients and "
         f"optimizer state are sharded over all chips, and no chip keeps gathered weights from the "
         f"forward pass. {_ring_text(chips, chip.name, chip.ici_bandwidth_bidi)}. Weights and gradients "
         "travel in bf16 (2 bytes). How long is the communication of the backward pass of one step, "
@@ -650,10 +657,10 @@ def oracle_bwd_dp_batch(chips: int, grad_bytes: int, bidi: float, peak: float) -
 def bwd_dp_batch(d: Draws) -> Generated:
     chip = d.choice(TPUS)
     assert chip.ici_bandwidth_bidi is not None and chip.bf16_flops is not None
-    n_params, chips = d.integer(1, 999) * 10.0 ** d.integer(8, 10), d.integer(2, 12)
+    n_params, chips = d.integer(1, 999) * 10.0 ** d.integer(7, 9), d.integer(2, 12)
     name, grad_bytes = d.choice((("bf16", 2), ("fp32", 4)))
     prompt = (
-        f"A {n_params:.6g}-parameter model is trained with pure data parallelism. "
+        f"{_lead(n_params)}-parameter model is trained with pure data parallelism. "
         f"{_ring_text(chips, chip.name, chip.ici_bandwidth_bidi)}; "
         f"each chip computes {chip.bf16_flops:.6g} bf16 FLOP/s. The backward pass costs 4 FLOPs per "
         f"parameter per token, and the {name} gradients ({grad_bytes} bytes per parameter) are summed "
@@ -726,7 +733,7 @@ def trace_mfu(d: Draws) -> Generated:
     lines = "\n".join(f'{{"name": "train_step", "ph": "X", "ts": {s}, "dur": {round(step_us * 0.97, 1)}}}'
                       for s in starts)
     prompt = (
-        f"A {n_params:.6g}-parameter dense model trains on {chips} {chip.name} chips ({chip.bf16_flops:.6g} "
+        f"{_lead(n_params)}-parameter dense model trains on {chips} {chip.name} chips ({chip.bf16_flops:.6g} "
         f"bf16 FLOP/s each) with {tokens} tokens per step. The profile's Steps line shows these "
         f"consecutive step events (Chrome trace format, microseconds):\n\n{lines}\n\n"
         "Taking the mean time from one step's start to the next as the step time, what model FLOPs "
