@@ -4,9 +4,9 @@ completion, and the arguments that rebuild the same environment.
 
 Arguments (the names users of the original ``scaling-book`` environment pass):
 
-- ``split``: synthetic (generated, unlimited), book, exam, tasks or impl;
+- ``split``: synthetic or synthetic-v2 (generated, unlimited), book, exam, tasks or impl;
 - ``chapters``: a chapter name, a comma-separated list or a list (all when unset);
-- ``num_synthetic_examples``: how many generated tasks the synthetic split gives;
+- ``num_synthetic_examples``: how many generated tasks a synthetic split gives;
 - ``num_examples``: a cap on a finite split (all of it when unset);
 - ``seed``: which tasks and in which order;
 - ``tolerance``: relative tolerance for numeric answers (the service's per-split default when unset);
@@ -79,7 +79,7 @@ class Selection:
     def tasks(self) -> list[dict[str, Any]]:
         """The selected public tasks; ValueError for an empty selection, or judge-graded tasks
         without a judge model (found at load time, not as a zero reward on every such rollout)."""
-        n = self.num_synthetic_examples if self.split == "synthetic" else self.num_examples
+        n = self.num_synthetic_examples if self.split in ("synthetic", "synthetic-v2") else self.num_examples
         tasks = public_tasks(self.split, chapters=chapter_list(self.chapters), n=n, seed=self.seed, url=self.url(),
                              client_options=self.client_options())
         if not tasks:

@@ -49,3 +49,13 @@ def test_a_layout_2_task_grades_by_id_at_the_synthetic_tolerance(server_url: str
     tolerance = Settings().tolerance_for("synthetic")
     assert grade(1.0) == 1.0 and grade(1 + tolerance / 2) == 1.0
     assert grade(1 + 2 * tolerance) == 0.0
+
+
+def test_the_verifiers_selection_draws_a_layout_2_sample(server_url: str) -> None:
+    """An unlimited split takes num_synthetic_examples, never 'the whole split' (which over HTTP
+    would page for ever)."""
+    from scaling_book.selection import Selection
+
+    for url in (None, server_url):
+        tasks = Selection(split="synthetic-v2", num_synthetic_examples=5, service_url=url).tasks()
+        assert [t["id"] for t in tasks] == [f"synthetic-v2/0/{i}" for i in range(5)]
