@@ -20,8 +20,9 @@ def test_no_task_is_mistagged(split: str) -> None:
     assert wrong == {}
 
 
-def test_no_synthetic_family_is_mistagged() -> None:
-    tasks = get_bank("synthetic", Settings()).one_per_family()
+@pytest.mark.parametrize("split", ["synthetic", "synthetic-v2"])
+def test_no_synthetic_family_is_mistagged(split: str) -> None:
+    tasks = get_bank(split, Settings()).one_per_family()
     assert {t.meta["family"]: mistagged(t) for t in tasks if mistagged(t)} == {}
 
 

@@ -332,3 +332,20 @@ def test_layout_2_chapter_listing_is_the_walk(seed: int, offset: int, n: int) ->
         index += 1
     got = [t.id for t in BANK.batch(seed=seed, n=n, offset=offset, chapters=chapters)]
     assert got == walked[offset:]
+
+
+def test_layout_2_huge_offset_is_as_cheap_as_a_small_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.tasks.synthetic import bank
+
+    calls = 0
+    real = bank.family_of_v2
+
+    def counted(seed: int, index: int) -> str:
+        nonlocal calls
+        calls += 1
+        return real(seed, index)
+
+    monkeypatch.setattr(bank, "family_of_v2", counted)
+    tasks = BANK.batch(seed=1, n=4, offset=10**16, chapters=["inference"])  # ids stay under MAX_INDEX
+    assert len(tasks) == 4 and {t.chapter for t in tasks} == {"inference"}
+    assert calls <= bank.PERIOD_V2 + 2 * len(tasks)
