@@ -280,11 +280,11 @@ def _score(task: Task, values: list[float]) -> float:
 
 
 # A family with a continuous key still has a densest 2% band: the policy that always answers the
-# key found most often wins where the draws fall in that band. Measured over ATTACK_SAMPLE tasks
-# per family, the worst family scored 0.05 to 0.07 this way (spec_breakeven, whose key gathers
-# near 0.6); copying a given number scored 0 to 0.02.
+# key found most often wins where the draws fall in that band. On these ATTACK_SAMPLE tasks per
+# family (seeds 0 to 149) the worst family scored 0.04 this way and 0.033 by copying the best of
+# the prompt's numbers; on another sample of 200, spec_breakeven's common key (near 0.6) scored 0.07.
 ATTACK_SAMPLE = 150
-COMMON_AT_MOST, COPIED_AT_MOST = 0.08, 0.05
+COMMON_AT_MOST, COPIED_AT_MOST = 0.05, 0.05
 
 
 @pytest.mark.parametrize("family", sorted(TOPIC_FAMILIES))
