@@ -4,8 +4,7 @@ taskset, harness and config; the config carries every argument and survives the 
 (a model_dump validated again); tasks carry no answers; the task's reward grades the final reply;
 judge items without a judge are refused at load; `vf-eval scaling-book -h` shows the arguments.
 
-A full `vf-eval` rollout is not run here: verifiers 0.4 runs every harness as a uv script it
-prepares (downloading its dependencies), which a test machine need not allow."""
+Full `vf-eval` rollouts, with the documented command, are run by test_vf_eval_v04_command.py."""
 
 from __future__ import annotations
 
