@@ -124,9 +124,11 @@ test-fast: system-deps $(VENV)/.test
 trainers-venv: $(VENV)/.test
 	$(BIN)/python -m tests.trainers.venv
 
-# mypy over app, worker and bench (strict on the grading core and the graders; see pyproject.toml).
+# mypy over app, worker and bench (strict on the grading core and the graders; see pyproject.toml),
+# and strict over scaling_book, whose annotations trainers' own type checkers read (py.typed).
 typecheck: $(VENV)/.test
 	$(BIN)/mypy
+	$(BIN)/mypy --strict -p scaling_book
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
