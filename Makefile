@@ -113,7 +113,8 @@ check-dashboards: system-deps $(VENV)/.test
 	$(BIN)/pytest -q tests/deploy/test_dashboards.py
 
 # The quick loop while editing: everything but the tests marked slow (real workers, servers,
-# sandboxes under attack); under a minute, in one process (4 workers measured no faster here).
+# sandboxes under attack); under a minute, in one process (the tests left are short, so starting
+# pytest-xdist workers costs more than it saves).
 test-fast: system-deps $(VENV)/.test
 	$(BIN)/pytest -q -m "not slow"
 
