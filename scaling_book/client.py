@@ -24,7 +24,7 @@ import itertools
 import os
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +124,7 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 def _payload(item: GradeItem) -> dict[str, Any]:
     if hasattr(item, "model_dump"):
-        return item.model_dump(mode="json", exclude_none=True)
+        return dict(item.model_dump(mode="json", exclude_none=True))
     return dict(item)
 
 
@@ -194,7 +194,7 @@ class GraderClient(_Base):
                  transport: httpx.BaseTransport | None = None, seed: int | None = None,
                  retry_deadline: float | None = None, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(base_url, api_key, batch_size, retry, seed, retry_deadline, headers)
-        self._new_http = lambda: httpx.Client(
+        self._new_http: Callable[[], httpx.Client] = lambda: httpx.Client(
             base_url=self.base_url, headers=self._headers, timeout=timeout, transport=transport,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
@@ -259,7 +259,9 @@ class GraderClient(_Base):
 
     def tasks(self, split: str = "synthetic", *, seed: int = 0, n: int = 16, offset: int = 0,
               chapters: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        return self.request("GET", "/v1/tasks", params=_task_params(split, seed, n, offset, chapters))["tasks"]
+        tasks: list[dict[str, Any]] = self.request("GET", "/v1/tasks",
+                                                   params=_task_params(split, seed, n, offset, chapters))["tasks"]
+        return tasks
 
     def grade_labelled(self, labels: Sequence[Any], completions: Sequence[Any], **options: Any) -> list[GradeResult]:
         """Grade completions against trainer labels (task ids, quantities, references: see
@@ -282,7 +284,7 @@ class AsyncGraderClient(_Base):
                  headers: Mapping[str, str] | None = None) -> None:
         super().__init__(base_url, api_key, batch_size, retry, seed, retry_deadline, headers)
         self._semaphore = asyncio.Semaphore(concurrency)
-        self._new_http = lambda: httpx.AsyncClient(
+        self._new_http: Callable[[], httpx.AsyncClient] = lambda: httpx.AsyncClient(
             base_url=self.base_url, headers=self._headers, timeout=timeout, transport=transport,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
@@ -345,14 +347,17 @@ class AsyncGraderClient(_Base):
     async def rewards(self, items: Sequence[GradeItem]) -> list[float | None]:
         async def chunk(part: Sequence[GradeItem]) -> list[float | None]:
             body = await self.request("POST", "/v1/rewards", {"items": [_payload(i) for i in part]})
-            return body["rewards"]
+            rewards: list[float | None] = body["rewards"]
+            return rewards
 
         parts = await asyncio.gather(*(chunk(p) for p in _chunks(items, self.batch_size)))
         return [r for part in parts for r in part]
 
     async def tasks(self, split: str = "synthetic", *, seed: int = 0, n: int = 16, offset: int = 0,
                     chapters: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        return (await self.request("GET", "/v1/tasks", params=_task_params(split, seed, n, offset, chapters)))["tasks"]
+        body = await self.request("GET", "/v1/tasks", params=_task_params(split, seed, n, offset, chapters))
+        tasks: list[dict[str, Any]] = body["tasks"]
+        return tasks
 
     async def grade_labelled(self, labels: Sequence[Any], completions: Sequence[Any],
                              **options: Any) -> list[GradeResult]:

@@ -44,7 +44,8 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **_: 
     if not url:
         raise RuntimeError("set SCALING_GRADER_URL to the grading service for the OpenRLHF reward function")
     body = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
-    return sync_client(url, options_from_env()).request("POST", REWARD_PATH, body)
+    answer: dict[str, Any] = sync_client(url, options_from_env()).request("POST", REWARD_PATH, body)
+    return answer
 
 
 def _seconds(name: str) -> float | None:

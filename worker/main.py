@@ -25,6 +25,7 @@ from rq.worker import WorkerStatus
 
 from app.cpus import cores_given
 from app.graders.impl import sandbox_status
+from app.graders.kinds import queue_names
 from app.jobs import keys, leases, presence, worker_health
 from app.jobs.case_secret import restore_known_secret, with_deployment_secret
 from app.jobs.leases import Lease, new_token
@@ -40,7 +41,7 @@ from worker.lanes import Lanes, lane_names
 __all__ = ["GradingDeadline", "GradingWorker", "build_worker", "run"]
 
 log = logging.getLogger(__name__)
-QUEUES = ("impl", "judge")
+QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 
 
 class _QuietMaintenance(logging.Filter):

@@ -156,7 +156,7 @@ class RedisJobs:
         try:
             if max_in_flight is not None:
                 await self.reserve(tenant, [job_id], max_in_flight)
-            await anyio.to_thread.run_sync(lambda: self._queue(work.kind).enqueue(
+            await anyio.to_thread.run_sync(lambda: self._queue(work.queue).enqueue(
                 self.job_function, payload, job_id=job_id, job_timeout=queue_settings.job_timeout,
                 result_ttl=queue_settings.result_ttl, failure_ttl=queue_settings.result_ttl,
                 # no interval: a delayed retry would need an RQ scheduler; re-queue at once instead

@@ -1,7 +1,7 @@
 """Every served prompt is the prompt everywhere: for each split, the same task read through each
 path a user has (the bank in process, `GET /v1/tasks` on a real server, the task-by-id route,
 `scaling-grader export`, the eval's task list over HTTP and in process, and the verifiers
-environment's dataset column) carries byte-for-byte the same prompt text."""
+environment's dataset column, which reads the service over HTTP) carries byte-for-byte the same prompt text."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import httpx
 import pytest
 
 from app.commands.export import public_rows
+from app.integrations.tasks import local_public_tasks
 from app.settings import Settings
 from app.tasks.registry import get_bank
+from app.tasks.splits import tolerance_for
 from scaling_book.selection import dataset_rows
 from scaling_book.tasks import public_tasks
 
@@ -27,8 +29,9 @@ def test_one_prompt_on_every_path(split: str, server_url: str) -> None:
         "GET /v1/tasks": {t["id"]: t["prompt"] for t in listed["tasks"]},
         "export": {r["id"]: r["prompt"] for r in public_rows(split, n=N, seed=3, chapters=None)},
         "eval over HTTP": {t["id"]: t["prompt"] for t in public_tasks(split, n=N, seed=3, url=server_url)},
-        "eval in process": {t["id"]: t["prompt"] for t in public_tasks(split, n=N, seed=3)},
-        "verifiers dataset": {r["answer"]: r["question"] for r in dataset_rows(public_tasks(split, n=N, seed=3))},
+        "eval in process": {t["id"]: t["prompt"] for t in local_public_tasks(split, chapters=None, n=N, seed=3)},
+        "verifiers dataset": {
+            r["answer"]: r["question"] for r in dataset_rows(public_tasks(split, n=N, seed=3, url=server_url))},
     }
     for path, prompts in paths.items():
         assert prompts == bank, path
@@ -46,7 +49,8 @@ def test_a_layout_2_task_grades_by_id_at_the_synthetic_tolerance(server_url: str
         body = {"task_id": task.id, "completion": f"Final answer: {answer}"}
         return float(httpx.post(f"{server_url}/v1/grade", json=body, timeout=60).json()["reward"])
 
-    tolerance = Settings().tolerance_for("synthetic")
+    tolerance = tolerance_for("synthetic-v2", Settings())
+    assert tolerance == tolerance_for("synthetic", Settings())
     assert grade(1.0) == 1.0 and grade(1 + tolerance / 2) == 1.0
     assert grade(1 + 2 * tolerance) == 0.0
 
@@ -56,6 +60,5 @@ def test_the_verifiers_selection_draws_a_layout_2_sample(server_url: str) -> Non
     would page for ever)."""
     from scaling_book.selection import Selection
 
-    for url in (None, server_url):
-        tasks = Selection(split="synthetic-v2", num_synthetic_examples=5, service_url=url).tasks()
-        assert [t["id"] for t in tasks] == [f"synthetic-v2/0/{i}" for i in range(5)]
+    tasks = Selection(split="synthetic-v2", num_synthetic_examples=5, service_url=server_url).tasks()
+    assert [t["id"] for t in tasks] == [f"synthetic-v2/0/{i}" for i in range(5)]

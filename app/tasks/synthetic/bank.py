@@ -225,6 +225,3 @@ class SyntheticBankV2(SyntheticBank):
     def _family_of(self, seed: int, index: int) -> str:
         return family_of_v2(seed, index)
 
-
-def load_bank_v2(settings: Settings) -> SyntheticBankV2:
-    return SyntheticBankV2()
