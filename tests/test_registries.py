@@ -61,7 +61,7 @@ def test_the_contract_finds_the_lists_it_forbids() -> None:
 INLINE_KINDS = frozenset({"numeric", "rows"})
 QUEUES = ("impl", "judge")
 p.add_argument("--queues", default="impl,judge")
-SPLIT_LOADERS = {"synthetic": a, "book": b, "tasks": c, "exam": d, "impl": e}
+SPLIT_LOADERS = {"synthetic": a, "synthetic-v2": f, "book": b, "tasks": c, "exam": d, "impl": e}
 '''
     assert len(hard_coded_lists(old)) == 5
     # ...and not what is particular to some of them, nor a list that only shares a name with them
