@@ -152,8 +152,16 @@ def _error_from(response: httpx.Response) -> GraderError:
 def _settings_from_env(base_url: str | None, api_key: str | None,
                        headers: Mapping[str, str] | None = None) -> tuple[str, dict[str, str]]:
     url = (base_url or os.environ.get("SCALING_GRADER_URL") or DEFAULT_URL).rstrip("/")
-    key = api_key or os.environ.get("SCALING_GRADER_API_KEY")
-    return url, {**(headers or {}), **({"authorization": f"Bearer {key}"} if key else {})}
+    # A key read from a file or a secret often ends with a newline, which no header may carry
+    # (every request would fail as an unexplained protocol error): whitespace is no part of a key.
+    key = str(api_key or os.environ.get("SCALING_GRADER_API_KEY") or "").strip()
+    sent = {**(headers or {}), **({"authorization": f"Bearer {key}"} if key else {})}
+    for name, value in sent.items():
+        if not (str(value).isascii() and str(value).isprintable()):
+            what = "the API key" if name == "authorization" and key else f"header {str(name)[:40]!r}"
+            raise ValueError(f"{what} holds a character no HTTP header can carry (only printable ASCII): "
+                             "check how it was set (a pasted quote, a line break)")
+    return url, sent
 
 
 def _labelled_items(labels: Sequence[Any], completions: Sequence[Any]) -> list[dict[str, Any]]:

@@ -218,3 +218,78 @@ def test_the_reward_key_never_comes_back_from_the_service(small_burst: TenantSer
         reply = httpx.post(small_burst.url + path, json=body, timeout=30)
         assert reply.status_code >= 400 and key not in reply.text
     assert httpx.post(small_burst.url + f"/get_reward/{key}", json=body, timeout=30).json()["rewards"] == [1.0]
+
+
+# --- (b) a key set with a stray newline or a pasted curly quote ---------------------------------
+
+@pytest.mark.slow
+def test_a_key_read_with_its_newline_still_works(small_burst: TenantService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: a key kept in a file or a secret ends with a newline; every reward then failed with
+    "LocalProtocolError: the request could not be sent", which names no cause. Surrounding
+    whitespace is no part of a key: it is dropped."""
+    labels, completions, expected = _mixed(2, seed=310)
+    reward = make_reward_func(small_burst.url, api_key=small_burst.key_a + "\n")
+    assert reward(completions=completions, task_id=labels) == expected
+    monkeypatch.setenv("SCALING_GRADER_API_KEY", f" {small_burst.key_a}\r\n")
+    assert make_reward_func(small_burst.url)(completions=completions, task_id=labels) == expected
+
+
+@pytest.mark.parametrize("where", ["key", "header"])
+def test_a_key_or_header_no_http_header_can_carry_is_a_clear_error(where: str) -> None:
+    """Found: a key with a character outside ASCII (a curly quote pasted with it) raised a raw
+    UnicodeEncodeError from inside httpx. Now a ValueError naming what to fix, and not the key."""
+    secret = "sg_\u201csecret\u201d"
+    kwargs = {"api_key": secret} if where == "key" else {"headers": {"X-Team": secret}}
+    with pytest.raises(ValueError, match="ASCII") as caught:
+        GraderClient("http://127.0.0.1:9", **kwargs)  # type: ignore[arg-type]
+    assert "secret" not in str(caught.value)
+    with pytest.raises(ValueError, match="ASCII"):
+        make_reward_func("http://127.0.0.1:9", **kwargs)(completions=["x"], task_id=["synthetic/0/0"])  # type: ignore[arg-type]
+
+
+def test_client_options_refuse_a_nan_timeout_or_deadline() -> None:
+    """Found: NaN passed the "positive seconds" check (every comparison with NaN is false)."""
+    from scaling_book.client import ClientOptions
+
+    for bad in ({"timeout": float("nan")}, {"deadline": float("nan")}):
+        with pytest.raises(ValueError, match="positive"):
+            ClientOptions.of(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_the_client_splits_a_batch_over_the_services_body_limit() -> None:
+    """A rollout batch of long completions past the batch routes' byte limit (413): halved until
+    each part fits, every reward on its own sample."""
+    labels, completions, expected = _mixed(12, seed=311)
+    padded = ["Let me think. " * 300 + c for c in completions]  # ~4 kB each, ~50 kB in all
+    env = {"SCALING_GRADER_LIMITS__MAX_REQUEST_BYTES": "16384",
+           "SCALING_GRADER_LIMITS__MAX_BATCH_REQUEST_BYTES": "16384"}
+    with running_server(env) as url, GraderClient(url, retry=FAST) as client:
+        assert [r.reward for r in client.grade_labelled(labels, padded)] == expected
+        reward = make_reward_func(url)
+        assert reward(completions=padded, task_id=labels) == expected
+
+
+@pytest.mark.slow
+def test_the_reward_key_stays_out_of_the_services_own_log(tmp_path: Path) -> None:
+    """Not found (guard): right, wrong, trailing-slashed, extended and malformed-body requests on
+    reward URLs, at the info log level: the reward key is in none of the service's log lines."""
+    from app.tenants import new_key
+    from tests.support.server import logged_server
+
+    reward_key, digest = new_key()
+    _, api_digest = new_key()
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(f'[[tenant]]\nname = "a"\nkey_sha256 = ["{api_digest}"]\nreward_key_sha256 = ["{digest}"]\n')
+    task = synthetic_tasks(1, seed=312)[0]
+    body = {"query": [right(task.id)], "labels": [task.id]}
+    log = tmp_path / "server.log"
+    with logged_server({"SCALING_GRADER_TENANTS_FILE": str(tenants)}, log, log_level="info") as (url, _):
+        assert httpx.post(f"{url}/get_reward/{reward_key}", json=body, timeout=30).json()["rewards"] == [1.0]
+        for path in (f"/get_reward/{reward_key}x", f"/get_reward/{reward_key}/", f"/get_reward/{reward_key}/more",
+                     f"/get_reward/{reward_key}?k={reward_key}"):
+            httpx.post(url + path, json=body, timeout=30)
+        httpx.post(f"{url}/get_reward/{reward_key}", content=b"{not json", timeout=30)
+    text = log.read_text(errors="replace")
+    assert "Started server process" in text  # the log was written
+    assert reward_key not in text
