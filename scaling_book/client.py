@@ -99,6 +99,8 @@ class ClientOptions:
     @classmethod
     def of(cls, api_key: str | None = None, timeout: float | None = None, deadline: float | None = None,
            headers: Mapping[str, str] | None = None) -> ClientOptions:
+        # seconds as numbers: a config interpolated from the environment (verl's ${oc.env:...}) gives text
+        timeout, deadline = (None if x is None else float(x) for x in (timeout, deadline))
         if any(seconds is not None and not seconds > 0 for seconds in (timeout, deadline)):
             raise ValueError("timeout and deadline must be positive seconds")
         pairs = tuple(sorted((str(k), str(v)) for k, v in (headers or {}).items()))
@@ -203,6 +205,9 @@ class _Base:
         self.retry = retry or RetryPolicy()
         if retry_deadline is not None:
             self.retry = dataclasses.replace(self.retry, deadline=retry_deadline)
+        elif retry is None and timeout > self.retry.deadline:
+            # A longer per-request timeout and no deadline given: the first attempt keeps all of it.
+            self.retry = dataclasses.replace(self.retry, deadline=timeout)
         self._rng = random.Random(seed)
 
     def _attempt_timeout(self, started: float) -> float:

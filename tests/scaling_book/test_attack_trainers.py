@@ -251,9 +251,11 @@ def test_client_options_refuse_a_nan_timeout_or_deadline() -> None:
     """Found: NaN passed the "positive seconds" check (every comparison with NaN is false)."""
     from scaling_book.client import ClientOptions
 
-    for bad in ({"timeout": float("nan")}, {"deadline": float("nan")}):
+    for bad in ({"timeout": float("nan")}, {"deadline": float("nan")}, {"deadline": "-1"}):
         with pytest.raises(ValueError, match="positive"):
             ClientOptions.of(**bad)  # type: ignore[arg-type]
+    # verl's config may give seconds as text (interpolated from the environment): read as numbers
+    assert ClientOptions.of(timeout="30", deadline="90") == ClientOptions.of(timeout=30.0, deadline=90.0)  # type: ignore[arg-type]
 
 
 @pytest.mark.slow
@@ -293,3 +295,11 @@ def test_the_reward_key_stays_out_of_the_services_own_log(tmp_path: Path) -> Non
     text = log.read_text(errors="replace")
     assert "Started server process" in text  # the log was written
     assert reward_key not in text
+
+
+def test_a_long_timeout_without_a_deadline_keeps_all_of_it() -> None:
+    """The deadline bounds an attempt in flight: a user who asks for 300 s per request and names
+    no deadline must not be cut at the default deadline's 120 s."""
+    assert GraderClient("http://127.0.0.1:9", timeout=300.0).retry.deadline == 300.0
+    assert GraderClient("http://127.0.0.1:9", timeout=300.0, retry_deadline=10.0).retry.deadline == 10.0
+    assert GraderClient("http://127.0.0.1:9").retry.deadline == RetryPolicy().deadline
