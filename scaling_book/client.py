@@ -356,12 +356,17 @@ class AsyncGraderClient(_Base):
         )
         self._concurrency = concurrency
         self._http = self._new_http()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its connections belong to
 
     def _session(self) -> httpx.AsyncClient:
-        """As GraderClient._session: a forked child's own connections (and its own semaphore)."""
-        if self._pid != os.getpid():
+        """As GraderClient._session: a forked child's own connections (and its own semaphore); and
+        a new event loop's (two asyncio.run calls): pooled connections belong to the loop that
+        opened them, and reused from another they fail with "Event loop is closed"."""
+        loop = asyncio.get_running_loop()
+        if self._pid != os.getpid() or (self._loop is not None and self._loop is not loop):
             self._http, self._pid = self._new_http(), os.getpid()
             self._semaphore = asyncio.Semaphore(self._concurrency)
+        self._loop = loop
         return self._http
 
     async def __aenter__(self) -> AsyncGraderClient:

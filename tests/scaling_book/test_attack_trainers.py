@@ -303,3 +303,17 @@ def test_a_long_timeout_without_a_deadline_keeps_all_of_it() -> None:
     assert GraderClient("http://127.0.0.1:9", timeout=300.0).retry.deadline == 300.0
     assert GraderClient("http://127.0.0.1:9", timeout=300.0, retry_deadline=10.0).retry.deadline == 10.0
     assert GraderClient("http://127.0.0.1:9").retry.deadline == RetryPolicy().deadline
+
+
+@pytest.mark.slow
+def test_an_async_client_used_from_one_event_loop_after_another(server_url: str) -> None:
+    """Found: an AsyncGraderClient made once and used by two ``asyncio.run`` calls (a script, or
+    a trainer that runs each step in a fresh loop) failed its second call with a raw
+    ``RuntimeError: Event loop is closed`` (its pooled connection belonged to the first loop),
+    and that batch got no reward. A client in a new loop now opens connections of its own."""
+    from scaling_book.client import AsyncGraderClient
+
+    labels, completions, expected = _mixed(3, seed=313)
+    items = [{"task_id": label, "completion": c} for label, c in zip(labels, completions, strict=True)]
+    client = AsyncGraderClient(server_url, retry=FAST)
+    assert [asyncio.run(client.rewards(items)) for _ in range(3)] == [expected] * 3
