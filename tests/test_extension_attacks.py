@@ -166,3 +166,8 @@ def test_a_registered_split_changes_no_other_splits_tasks_for_a_seed(own_registr
     register_split(_split("aaa", [Task(id="aaa/1", split="aaa", prompt="p", grading="numeric", gold=("1 s",))]))
     registry._banks.clear()
     assert [t.public() for t in registry.get_bank("synthetic", SETTINGS).batch(seed=3, n=8)] == before
+
+
+def test_a_service_does_not_start_on_a_misspelt_held_out_setting() -> None:
+    with pytest.raises(ValueError, match="exma"):
+        GradingService(Settings(held_out={"splits": ["exam", "exma"]}))

@@ -133,14 +133,21 @@ def tolerance_for(split: str, settings: Settings) -> float:
     return spec.tolerance
 
 
+def check_held_out_setting(settings: Settings) -> list[str] | None:
+    """HELD_OUT__SPLITS, refused (ValueError) if it names no split: a misspelt name would leave the
+    split it meant open, silently."""
+    chosen = settings.held_out.splits
+    unknown = sorted(set(chosen or ()) - set(_SPECS))
+    if unknown:
+        raise ValueError(f"SCALING_GRADER_HELD_OUT__SPLITS names {unknown[0][:50]!r}, which is not a split")
+    return chosen
+
+
 def is_held_out(split: str, settings: Settings) -> bool:
     """Whether grades of this split are budgeted and pass/fail only: HELD_OUT__SPLITS if the
     operator set it, else the splits whose spec says so."""
-    chosen = settings.held_out.splits
+    chosen = check_held_out_setting(settings)
     if chosen is not None:
-        unknown = sorted(set(chosen) - set(_SPECS))
-        if unknown:  # a misspelt name would leave the split it meant open, silently
-            raise ValueError(f"HELD_OUT__SPLITS names {unknown[0][:50]!r}, which is not a split")
         return split in chosen
     spec = _SPECS.get(split)
     return spec is not None and spec.held_out
