@@ -67,6 +67,13 @@ class ScalingBookTask(vf.Task[ScalingBookData]):
     def key(self) -> str:
         return str(self.data.task_id)  # stable across runs, unlike the content hash of data with an idx
 
+    async def score(self, trace: Any, runtime: Any = None) -> None:
+        # The verdict is kept in trace.info so that the metric and the reward share one grade; a
+        # verdict already there is an earlier scoring's (vf-replay re-scores saved traces): every
+        # scoring grades the reply again instead of repeating it.
+        trace.info.pop(RESULT_KEY, None)
+        await super().score(trace, runtime)
+
     async def _result(self, trace: Any) -> GradeResult:
         stored = trace.info.get(RESULT_KEY)
         if stored is None:

@@ -31,6 +31,14 @@ def grade(task: Task, completion: str, options: GradeOptions, settings: Settings
             reward=0.0,
             explanation="the grader failed on this item; it was not scored",
         )
+    if not isinstance(result, GradeResult):  # a registered grader that broke the contract
+        log.error("grader for %s returned %s, not a GradeResult", task.grading, type(result).__name__)
+        result = GradeResult(grading=task.grading, outcome=Outcome.error, reward=0.0,
+                             explanation="the grader failed on this item; it was not scored")
+    # Whatever a grader says, an unscored outcome earns nothing and the kind is the task's own.
+    if not result.outcome.scored:
+        result.reward = 0.0
+    result.grading = task.grading
     result.task_id = task.id or None
     result.split = task.split or None
     return result

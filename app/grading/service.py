@@ -27,7 +27,7 @@ from app.observability import record_grade
 from app.settings import Settings
 from app.tasks.base import Task, UnknownTask
 from app.tasks.registry import resolve_task
-from app.tasks.splits import is_held_out
+from app.tasks.splits import check_held_out_setting, is_held_out
 from app.tenants import LOCAL_TENANT, Tenant
 
 # Inline items of a batch graded per trip to a worker thread: at most this many, and no more
@@ -144,6 +144,7 @@ class GradingService:
 
     def __init__(self, settings: Settings, jobs: JobBackend | None = None,
                  budgets: GradeBudgets | None = None) -> None:
+        check_held_out_setting(settings)  # at start, not at the first held-out grade
         self.settings = settings
         self._jobs = jobs
         self._budgets = budgets

@@ -6,6 +6,7 @@ grades under other settings gets the bank those settings make, never the first o
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -18,6 +19,8 @@ __all__ = ["UnknownSplit", "get_bank", "resolve_task", "split_names", "split_of"
 # Banks kept per split: one per settings value in use. A process has one; tests switch between a
 # few. Past this the oldest goes (it is rebuilt if asked for again).
 BANKS_PER_SPLIT = 4
+
+log = logging.getLogger(__name__)
 
 _banks: dict[tuple[str, tuple[Any, ...]], Bank] = {}
 _lock = threading.Lock()
@@ -52,4 +55,10 @@ def resolve_task(task_id: str, settings: Settings) -> Task:
         bank = get_bank(split, settings)
     except UnknownSplit:
         raise UnknownTask(task_id) from None
-    return bank.get(task_id)
+    task = bank.get(task_id)
+    if task.split != split or split_of(task.id) != split:
+        # A bank that files a task under another split or id would have it graded at that split's
+        # tolerance and held-out rule, not its own: no such task is served.
+        log.error("bank %s answered %r with task %r of split %r", split, task_id[:80], task.id[:80], task.split[:50])
+        raise UnknownTask(task_id)
+    return task

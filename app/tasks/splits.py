@@ -9,6 +9,7 @@ client and their parsers, which a process serving only synthetic tasks never nee
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -60,17 +61,31 @@ def bank_module(module: str) -> BankFactory:
 
 _SPECS: dict[str, SplitSpec] = {}
 
+# A split name is the first segment of task ids and labels: lower-case letters first, so that no
+# answer (a label "100 GB/s", a number) can read as a task id of it, and at most the 50 characters
+# the task-listing route accepts for it.
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,49}")
+# Tolerances fields that are not a split's to claim: inline references' own tolerance.
+_NOT_A_SPLIT_SETTING = frozenset({"inline"})
+
 
 def register_split(spec: SplitSpec) -> SplitSpec:
     """Add a split; refused loudly (ValueError) if the spec could not work, before a request finds out."""
-    if not spec.name or "/" in spec.name or spec.name != spec.name.strip():
-        raise ValueError(f"split name {spec.name!r}: must be non-empty, without '/' or spaces around it")
+    if not _NAME.fullmatch(spec.name):
+        raise ValueError(f"split name {spec.name!r}: must be non-empty, without '/' or spaces: "
+                         "a lower-case letter, then up to 49 of a-z, 0-9, _ or -")
     if spec.name in _SPECS:
         raise ValueError(f"split {spec.name!r} is registered already")
     if not 0 < spec.tolerance < 1:
         raise ValueError(f"split {spec.name!r}: tolerance must lie between 0 and 1")
     if spec.tolerance_setting is not None and spec.tolerance_setting not in Tolerances.model_fields:
         raise ValueError(f"split {spec.name!r}: {spec.tolerance_setting!r} is not a Tolerances field")
+    if spec.tolerance_setting is not None:
+        # One setting, one split: an operator widening one split's tolerance must not widen another's.
+        owner = next((s.name for s in _SPECS.values() if s.tolerance_setting == spec.tolerance_setting),
+                     "inline references" if spec.tolerance_setting in _NOT_A_SPLIT_SETTING else None)
+        if owner is not None:
+            raise ValueError(f"split {spec.name!r}: tolerance setting {spec.tolerance_setting!r} is {owner}'s")
     for name in spec.reads:
         _check_setting(spec.name, name)
     _SPECS[spec.name] = spec
@@ -118,10 +133,20 @@ def tolerance_for(split: str, settings: Settings) -> float:
     return spec.tolerance
 
 
+def check_held_out_setting(settings: Settings) -> list[str] | None:
+    """HELD_OUT__SPLITS, refused (ValueError) if it names no split: a misspelt name would leave the
+    split it meant open, silently."""
+    chosen = settings.held_out.splits
+    unknown = sorted(set(chosen or ()) - set(_SPECS))
+    if unknown:
+        raise ValueError(f"SCALING_GRADER_HELD_OUT__SPLITS names {unknown[0][:50]!r}, which is not a split")
+    return chosen
+
+
 def is_held_out(split: str, settings: Settings) -> bool:
     """Whether grades of this split are budgeted and pass/fail only: HELD_OUT__SPLITS if the
     operator set it, else the splits whose spec says so."""
-    chosen = settings.held_out.splits
+    chosen = check_held_out_setting(settings)
     if chosen is not None:
         return split in chosen
     spec = _SPECS.get(split)

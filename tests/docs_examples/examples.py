@@ -46,9 +46,16 @@ def _commands(block: str) -> list[tuple[str, str]]:
 
 
 def shown_fields(comment: str) -> dict[str, object]:
+    """The fields an answer comment shows; ValueError if part of it is not read (a value in a shape
+    the reader skips would go unchecked)."""
     if not comment.startswith(ANSWERS):
         return {}
-    return {name: json.loads(value) for name, value in SHOWN_FIELD.findall(comment[len(ANSWERS):])}
+    body = comment[len(ANSWERS):]
+    fields = {name: json.loads(value) for name, value in SHOWN_FIELD.findall(body)}
+    unread = SHOWN_FIELD.sub("", body).replace("...", "").strip(" \t{},")
+    if not fields or unread:
+        raise ValueError(f"an answer this reader cannot read in full: {comment[:120]!r}")
+    return fields
 
 
 def curl_examples(page: Path) -> list[CurlExample]:
@@ -56,7 +63,10 @@ def curl_examples(page: Path) -> list[CurlExample]:
     for _lang, block in FENCE.findall(page.read_text()):
         for command, comment in _commands(block):
             if command.startswith("curl "):
-                found.append(CurlExample(page.name, tuple(shlex.split(command)), shown_fields(comment)))
+                example = CurlExample(page.name, tuple(shlex.split(command)), shown_fields(comment))
+                if "-d" in example.argv and not example.shown:  # a request that posts shows its answer
+                    raise ValueError(f"{page.name}: {command[:80]!r} is not followed by '{ANSWERS}{{...}}'")
+                found.append(example)
     return found
 
 
