@@ -40,7 +40,7 @@ def test_one_prompt_on_every_path(split: str, server_url: str) -> None:
         assert one["prompt"] == prompt, task_id
 
 
-def test_a_layout_2_task_grades_by_id_at_the_synthetic_tolerance(server_url: str) -> None:
+def test_a_layout_2_task_grades_by_id_at_its_tolerance(server_url: str) -> None:
     task = get_bank("synthetic-v2", Settings()).batch(seed=3, n=1, chapters=["profiling"])[0]
     values = [g.split(" ", 1) for g in task.gold]
 
@@ -50,7 +50,7 @@ def test_a_layout_2_task_grades_by_id_at_the_synthetic_tolerance(server_url: str
         return float(httpx.post(f"{server_url}/v1/grade", json=body, timeout=60).json()["reward"])
 
     tolerance = tolerance_for("synthetic-v2", Settings())
-    assert tolerance == tolerance_for("synthetic", Settings())
+    assert tolerance == 0.02  # layout 1's default; not configurable on its own yet (docs/limits.md)
     assert grade(1.0) == 1.0 and grade(1 + tolerance / 2) == 1.0
     assert grade(1 + 2 * tolerance) == 0.0
 
