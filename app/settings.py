@@ -28,6 +28,7 @@ class Tolerances(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     synthetic: float | None = Field(None, gt=0, lt=1)
+    synthetic_v2: float | None = Field(None, gt=0, lt=1)
     book: float | None = Field(None, gt=0, lt=1)
     exam: float | None = Field(None, gt=0, lt=1)
     # Rows grading: the ``tasks`` split and inline rows references.

@@ -72,15 +72,23 @@ def test_unknown_split_has_no_tolerance_fallback(split: str) -> None:
         tolerance_for(split, Settings())
 
 
-@pytest.mark.parametrize("split", ["synthetic", "book", "exam", "tasks", "impl"])
+@pytest.mark.parametrize("split", ["synthetic", "synthetic-v2", "book", "exam", "tasks", "impl"])
 def test_known_splits_have_their_own_tolerance(split: str) -> None:
     spec = split_spec(split)
     assert tolerance_for(split, Settings()) == spec.tolerance
 
 
-@pytest.mark.parametrize(("split", "variable"), [("synthetic", "SYNTHETIC"), ("book", "BOOK"), ("exam", "EXAM"),
-                                                 ("tasks", "ROWS")])
+@pytest.mark.parametrize(("split", "variable"), [("synthetic", "SYNTHETIC"), ("synthetic-v2", "SYNTHETIC_V2"),
+                                                 ("book", "BOOK"), ("exam", "EXAM"), ("tasks", "ROWS")])
 def test_the_tolerance_variables_still_override_a_split(split: str, variable: str, monkeypatch) -> None:
     monkeypatch.setenv(f"SCALING_GRADER_TOLERANCES__{variable}", "0.125")
     check_environment()
     assert tolerance_for(split, Settings()) == 0.125 != split_spec(split).tolerance
+
+
+@pytest.mark.parametrize(("variable", "untouched"), [("SYNTHETIC", "synthetic-v2"), ("SYNTHETIC_V2", "synthetic")])
+def test_the_two_synthetic_layouts_are_set_apart(variable: str, untouched: str, monkeypatch) -> None:
+    # one setting, one split: widening one layout's tolerance leaves the other's as it was
+    monkeypatch.setenv(f"SCALING_GRADER_TOLERANCES__{variable}", "0.25")
+    check_environment()
+    assert tolerance_for(untouched, Settings()) == split_spec(untouched).tolerance != 0.25

@@ -161,7 +161,7 @@ register_split(SplitSpec(
     tolerance=0.02, tolerance_setting="synthetic"))
 register_split(SplitSpec(
     name="synthetic-v2", load=bank_module("app.tasks.synthetic.bank_v2"), docs="docs/splits.md#synthetic-layouts",
-    tolerance=0.02))  # layout 2; no setting of its own yet (one setting, one split)
+    tolerance=0.02, tolerance_setting="synthetic_v2"))  # layout 2: a setting of its own (one setting, one split)
 register_split(SplitSpec(
     name="book", load=bank_module("app.tasks.book.bank"), docs="docs/splits.md#book",
     tolerance=0.05, tolerance_setting="book", reads=(*BOOK_SOURCE, "redis_url")))  # + its parsed-bank cache
