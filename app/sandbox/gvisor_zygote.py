@@ -28,7 +28,16 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from app.sandbox.gvisor import _accept, _kill_and_wait, _pidfds, _rootfs, descendants, reap_orphans
+from app.sandbox.gvisor import (
+    SENTRY_TASKS,
+    _accept,
+    _cgroup_prefix,
+    _kill_and_wait,
+    _pidfds,
+    _rootfs,
+    descendants,
+    reap_orphans,
+)
 from app.sandbox.launch import (
     Child,
     SandboxFault,
@@ -43,6 +52,7 @@ from app.sandbox.owners import CASE_PREFIX, owned_tempdir
 from app.sandbox.plan import SITE_IN_SANDBOX, Plan
 
 if TYPE_CHECKING:
+    from app.sandbox.cgroups import CaseCgroup, CgroupHost
     from app.sandbox.uids import UidPool
     from app.settings import SandboxSettings
 
@@ -121,8 +131,10 @@ class GvisorZygote:
     """One fork server inside a gVisor sandbox of its own (see the module's docstring)."""
 
     isolation = "gvisor"
+    pid: int  # runsc's (the host process that holds the lane), set as it starts
 
-    def __init__(self, plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str) -> None:
+    def __init__(self, plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
+                 cgroups: CgroupHost | None = None) -> None:
         runsc = plan.tools.get("runsc")
         if runsc is None:
             raise SandboxFault("runsc (gVisor) is not installed")
@@ -134,12 +146,26 @@ class GvisorZygote:
         self.popen: subprocess.Popen[bytes] | None = None
         self.control: socket.socket | None = None
         self._buffer = b""
-        self.pid = -1  # runsc's, once started
+        self._held: list[int] = []
+        self.cgroup: CaseCgroup | None = None
         try:
+            if cgroups is not None:
+                self.cgroup = self._lane_cgroup(cgroups)
             self._start(runsc)
         except BaseException:
             self.stop()
             raise
+
+    def _lane_cgroup(self, cgroups: CgroupHost) -> CaseCgroup:
+        """One control group for the whole sandbox (gVisor's kernel and every case in it): room
+        for the warm forks and every case the service runs at once, each at its own limits. A
+        case has no host process of its own, so no group of its own: rlimits bound it inside."""
+        sb = self.sb
+        cases = sb.warm_pool_size + sb.max_concurrent_cases
+        cgroup = cgroups.create()
+        cgroup.set_memory_limit(sb.warm_memory_bytes + cases * sb.case_memory_bytes)
+        cgroup.set_task_limit(SENTRY_TASKS + cases * (sb.warm_max_tasks + sb.max_processes))
+        return cgroup
 
     def _start(self, runsc: str) -> None:
         plan, sb = self.plan, self.sb
@@ -169,17 +195,21 @@ class GvisorZygote:
                                env=child_env(sb, "/tmp/home", "/tmp"), cwd="/", caps=ZYGOTE_CAPS)
         with open(os.path.join(bundle, "config.json"), "w") as out:
             json.dump(config, out)
-        argv = [runsc, "--root", os.path.join(self.lanedir, "state"), f"--platform={sb.gvisor_platform}",
+        argv = [*_cgroup_prefix(plan, self.cgroup), runsc, "--root", os.path.join(self.lanedir, "state"),
+                f"--platform={sb.gvisor_platform}",
                 "--network=none", "--host-uds=open", "--ignore-cgroups",
                 "run", "--bundle", bundle, os.path.basename(self.lanedir)]
         self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"},
                                       start_new_session=True)
+        self.pid = self.popen.pid
         self.control = _accept(self.listener, self.popen, sb.start_timeout_seconds)
+        # gVisor's host processes (gofer, sandbox) in sessions of their own: found while runsc
+        # still parents them and held by pidfd, so that stop() ends them even once runsc is dead.
+        self._held = _pidfds(descendants(self.popen.pid))
         reply = self._reply(sb.start_timeout_seconds)
         if reply.get("kind") != "ready":
             raise SandboxFault(f"fork server failed to start: {reply.get('error') or 'no message'}")
-        self.pid = self.popen.pid
 
     def _reply(self, timeout: float) -> dict[str, Any]:
         assert self.control is not None
@@ -283,13 +313,16 @@ class GvisorZygote:
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.close()
-        popen = self.popen
+        popen, held, self._held = self.popen, self._held, []
         if popen is not None:
-            hosts = _pidfds(descendants(popen.pid))
+            hosts = held + _pidfds(descendants(popen.pid))
             _kill_and_wait([*hosts, *_pidfds([popen.pid])], reap=hosts)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=10)
             if popen.stderr is not None:
                 popen.stderr.close()
             reap_orphans()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
         shutil.rmtree(self.lanedir, ignore_errors=True)

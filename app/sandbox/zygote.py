@@ -271,7 +271,8 @@ class ForkServers:
             return not any(key[:2] == (isolation, seccomp) and now - when < _RETRY_AFTER_SECONDS
                            for key, when in self._failed.items())
 
-    def _zygote(self, plan: Plan, isolation: str, seccomp: bool, profile: str) -> Zygote | GvisorZygote | None:
+    def _zygote(self, plan: Plan, isolation: str, seccomp: bool, profile: str,
+                cgroups: CgroupHost | None = None) -> Zygote | GvisorZygote | None:
         key = (isolation, seccomp, profile)
         with self._lock:
             zygote = self._zygotes.get(key)
@@ -286,7 +287,7 @@ class ForkServers:
                 return None
             try:
                 if isolation == "gvisor":
-                    zygote = self._keeper.submit(GvisorZygote, plan, self.sb, seccomp, profile).result()
+                    zygote = self._keeper.submit(GvisorZygote, plan, self.sb, seccomp, profile, cgroups).result()
                 else:
                     zygote = self._keeper.submit(Zygote, plan, self.sb, isolation, seccomp, profile).result()
                 self._zygotes[key] = zygote
@@ -305,7 +306,7 @@ class ForkServers:
         if not self.usable(plan, isolation, seccomp) or uids is None:
             return None
         for attempt in range(2):
-            zygote = self._zygote(plan, isolation, seccomp, profile)
+            zygote = self._zygote(plan, isolation, seccomp, profile, cgroups)
             if zygote is None:
                 return None
             try:
