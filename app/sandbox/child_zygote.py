@@ -327,7 +327,7 @@ def _gvisor_zygote_loop(zcfg, control):
                 import traceback
                 os.write(2, f"harness set-up failed: {exc!r} {traceback.format_exc()}\n".encode())
             os._exit(70)
-        control.sendall(b'{"kind": "forked"}\n')
+        control.sendall(json.dumps({"kind": "forked", "threads": _threads()}).encode() + b"\n")
     os._exit(0)  # the service is gone
 
 

@@ -147,6 +147,9 @@ class GvisorZygote:
         self.control: socket.socket | None = None
         self._buffer = b""
         self._held: list[int] = []
+        # The zygote's thread count as it last forked (it refuses to fork with more than one):
+        # gVisor's tasks are not the host's, so the host cannot read it from /proc.
+        self.threads: object = None
         self.cgroup: CaseCgroup | None = None
         try:
             if cgroups is not None:
@@ -287,6 +290,7 @@ class GvisorZygote:
                 reply = self._reply(_REPLY_TIMEOUT)
                 if reply.get("kind") != "forked":
                     raise SandboxFault(f"the fork server failed: {reply.get('error') or 'no message'}")
+                self.threads = reply.get("threads")
                 try:
                     conns = self._accept_case(token, time.monotonic() + _REPLY_TIMEOUT)
                 except (OSError, ValueError) as exc:  # (closed by stop() meanwhile)
