@@ -236,7 +236,7 @@ def _gvisor_leader(libc, zcfg, token, pid, uid):
         os._exit(98)  # the same: nothing of a case may stay for the next
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
     with contextlib.suppress(OSError):
-        os.write(_LINK_FD, f"{code}\n".encode())
+        os.write(_LINK_FD, f"clean {code}\n".encode())
     os._exit(0)
 
 

@@ -83,6 +83,7 @@ class CaseLink:
         self.stdout: IO[bytes] | None = stdout
         self.stderr: IO[bytes] | None = stderr
         self.returncode: int | None = None
+        self.clean = False
         self._said = b""
 
     def _exited(self, timeout: float | None) -> bool:
@@ -101,8 +102,10 @@ class CaseLink:
             if data and len(self._said) < 64:
                 self._said += data
                 continue
-            said = self._said.strip()
-            self.returncode = int(said) if said.isdigit() else -signal.SIGKILL
+            # "clean <status>": the leader saw the case's namespace empty and its root removed
+            word, _, code = self._said.strip().partition(b" ")
+            self.clean = word == b"clean" and code.isdigit()
+            self.returncode = int(code) if self.clean else -signal.SIGKILL
             self.link.close()
             return True
 
@@ -206,7 +209,10 @@ class GvisorZygote:
                                       stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"},
                                       start_new_session=True)
         self.pid = self.popen.pid
-        self.control = _accept(self.listener, self.popen, sb.start_timeout_seconds)
+        try:
+            self.control = _accept(self.listener, self.popen, sb.start_timeout_seconds)
+        except SandboxFault as exc:
+            raise SandboxFault(f"fork server failed to start: {exc}") from exc
         # gVisor's host processes (gofer, sandbox) in sessions of their own: found while runsc
         # still parents them and held by pidfd, so that stop() ends them even once runsc is dead.
         self._held = _pidfds(descendants(self.popen.pid))
@@ -305,8 +311,17 @@ class GvisorZygote:
         for f in (stdout, stderr):
             os.set_blocking(f.fileno(), False)
         process = CaseLink(conns[4], stdin, stdout, stderr, self)
+
+        def teardown() -> dict[str, Any]:
+            """Runs first in destroy: the case's processes and root are gone when it returns."""
+            process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+            return {"case_namespace_emptied": process.clean}
+
         child = Child(process, conns[3].detach(), "gvisor", self.seccomp, self.profile, uid, None,
-                      time.monotonic(), None, max_message_bytes(sb), forked=True, origin_alive=self.alive)
+                      time.monotonic(), None, max_message_bytes(sb), teardown=teardown, forked=True,
+                      origin_alive=self.alive)
         register(child)
         return child
 

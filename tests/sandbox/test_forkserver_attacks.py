@@ -224,7 +224,9 @@ def test_memory_and_task_exhaustion_stay_in_the_case(fork_tier: str) -> None:
         """)
     run, _ = hostile(box, tasks)
     forked = observed(run)
-    assert isinstance(forked, int) and forked < 10000
+    # (gVisor charges each fork's copy of the address space to the forking task: its 16 forks
+    # take about the tests' 1 s CPU allowance, which may end the case first on a loaded machine)
+    assert (isinstance(forked, int) and forked < 10000) or (fork_tier.startswith("gvisor") and run.status == "timeout")
     _still_serves(box, zygote)
 
 
