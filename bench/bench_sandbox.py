@@ -10,7 +10,8 @@ and the first case after the service sat idle, against the pool), the JAX-case l
 cold interpreter per case (8x target), each with and without a control group per case, and the
 service's CPU cost of reading a result line of the maximum size, against the former reader. Then,
 per isolation tier this machine runs (gvisor, bubblewrap, plain), the numpy profile's per-case
-latency from the pool against a child started for the case, and throughput."""
+latency from the pool against a child made for the case, and throughput, with children started and
+forked (``--tiers``: these figures alone); and the gvisor fork server against its targets."""
 
 from __future__ import annotations
 
@@ -115,32 +116,53 @@ def _throughput(box: Any, sb: SandboxSettings, source: str, profile: str, n: int
 
 
 def _per_tier(source: str, expected: int, smoke: bool) -> None:
-    """Each isolation tier this machine runs, numpy profile: a case in a child started for it
-    (the baseline: no pool), a case from the warm pool, and throughput two at a time."""
+    """Each isolation tier this machine runs, numpy profile, with each launcher: a case in a child
+    made for it (the baseline: no pool), a case from the warm pool, and throughput two at a time.
+    Then the gvisor tier's fork server (one gVisor sandbox per lane, a fork per case) against its
+    started sandboxes and against bubblewrap's fork server, all measured in this run (targets:
+    >= 10x the started sandboxes' throughput, p50 <= 50 ms, >= 1/3 of bubblewrap's rate)."""
     n_latency = 3 if smoke else 10
     n_throughput = 4 if smoke else 20
+    rates: dict[tuple[str, str], float] = {}
+    p50s: dict[tuple[str, str], float] = {}
     for isolation in ("gvisor", "bubblewrap", "plain"):
-        warm_box = get_sandbox(SandboxSettings(tier=isolation, warm_pool_size=2))
-        try:
-            tier = warm_box.tier().name
-        except SandboxFault as exc:
-            print(f"   tier {isolation}: does not run here ({str(exc)[-120:]})")
-            continue
-        cold_box = get_sandbox(SandboxSettings(tier=isolation, warm_pool_size=0))
-        cold = []
-        for _ in range(n_latency):
-            start = time.perf_counter()
-            run = cold_box.run(source, "kv_cache_bytes", ARGS, profile="numpy")
-            cold.append(time.perf_counter() - start)
-            assert run.status == "finished", (run.status, run.fault)
-        cold_median = statistics.median(cold)
-        warm_median = statistics.median(_latency(warm_box, source, expected, n_latency, "numpy"))
-        rate, ok = _throughput(warm_box, warm_box.settings, source, "numpy", n_throughput)
-        print(f"   tier {tier} ({warm_box.launcher}): cold child per case {cold_median * 1000:.0f} ms, warm pool "
-              f"{warm_median * 1000:.1f} ms ({cold_median / warm_median:.1f}x faster); throughput "
-              f"{rate:.1f} cases/s ({ok}/{n_throughput} finished, refills included)")
-        warm_box.shutdown()
-        cold_box.shutdown()
+        for launcher in ("exec", "forkserver"):
+            warm_box = get_sandbox(SandboxSettings(tier=isolation, warm_pool_size=2, launcher=launcher))
+            try:
+                tier = warm_box.tier().name
+            except SandboxFault as exc:
+                print(f"   tier {isolation}: does not run here ({str(exc)[-120:]})")
+                break
+            if warm_box.launcher != launcher:
+                warm_box.shutdown()
+                continue  # no fork server for this tier here: its exec figures stand
+            cold_box = get_sandbox(SandboxSettings(tier=isolation, warm_pool_size=0, launcher=launcher))
+            cold = []
+            for _ in range(n_latency):
+                start = time.perf_counter()
+                run = cold_box.run(source, "kv_cache_bytes", ARGS, profile="numpy")
+                cold.append(time.perf_counter() - start)
+                assert run.status == "finished", (run.status, run.fault)
+            cold_median = statistics.median(cold)
+            warm_median = statistics.median(_latency(warm_box, source, expected, n_latency, "numpy"))
+            rate, ok = _throughput(warm_box, warm_box.settings, source, "numpy", n_throughput)
+            rates[(isolation, launcher)], p50s[(isolation, launcher)] = rate, warm_median
+            print(f"   tier {tier} ({launcher}): child made for the case {cold_median * 1000:.0f} ms, warm pool "
+                  f"{warm_median * 1000:.1f} ms ({cold_median / warm_median:.1f}x faster); throughput "
+                  f"{rate:.1f} cases/s ({ok}/{n_throughput} finished, refills included)")
+            warm_box.shutdown()
+            cold_box.shutdown()
+    fork, started = rates.get(("gvisor", "forkserver")), rates.get(("gvisor", "exec"))
+    if fork is None or started is None:
+        return
+    p50 = p50s[("gvisor", "forkserver")]
+    print(f"   gvisor fork server: {fork / started:.1f}x the started sandboxes' throughput "
+          f"({'meets' if fork / started >= 10 else 'MISSES'} the 10x target), p50 {p50 * 1000:.1f} ms "
+          f"({'meets' if p50 <= 0.050 else 'MISSES'} the 50 ms target)")
+    bwrap = rates.get(("bubblewrap", "forkserver"))
+    if bwrap is not None:
+        print(f"   gvisor fork server against bubblewrap's: {fork / bwrap:.2f} of its rate "
+              f"({'meets' if fork / bwrap >= 1 / 3 else 'MISSES'} the 1/3 target)")
 
 
 def _cold_times(program: str, n: int) -> list[float]:
@@ -298,4 +320,7 @@ def main(smoke: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(smoke="--smoke" in sys.argv)
+    if "--tiers" in sys.argv:  # the per-tier figures alone
+        _per_tier(inspect.getsource(reference.kv_cache_bytes), reference.kv_cache_bytes(*ARGS), "--smoke" in sys.argv)
+    else:
+        main(smoke="--smoke" in sys.argv)

@@ -16,25 +16,40 @@ the namespace). In the plain
 tier the leader itself goes on, in the case's private directories. Either way the process that
 goes on drops to the case's dedicated uid (no capabilities left), sets no_new_privs and runs the
 harness's ``main()`` exactly as a started child does: seccomp first, then the reporter and the
-runner."""
+runner.
+
+In the gvisor tier the zygote runs inside one long-lived gVisor sandbox (gvisor_zygote.py), where
+no fd can be handed in or out: it reads its requests from a unix socket it connects to, and each
+leader connects its case's stdin, stdout, stderr, result channel and its own link to the service
+to the same socket, each tagged with the case's token. The leader stays root outside the case's
+pid namespace, kills the case's pid 1 when the service closes its link, and exits only once no
+process of the case's uid is left in the sandbox; pid 1 keeps root until the harness's ``main()``
+splits into the reporter's and the runner's uids (gVisor's kernel lets a process signal its
+namespace's init when the uids match)."""
 # ruff: noqa: F821 - arm_seccomp_first(), main(), _import_profile(), load_libseccomp(), compile_seccomp() and
 # prepare_channel_filter() come from earlier parts of the program
 
+import contextlib
 import ctypes
 import gc
 import json
 import os
+import select
 import signal
 import socket
 import sys
 
 _NEW_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000)
 # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWPID | NEWNET
+_GVISOR_NAMESPACES = _NEW_NAMESPACES & ~0x00020000  # no NEWNS there: see _gvisor_case_root
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 1 << 12, 1 << 14, 1 << 18
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
 _RESULT_FD = 3  # where the case's result channel sits in the fork
 _CASE_FDS = 4  # stdin, stdout, stderr, result channel
+_LINK_FD = 4  # gvisor: the leader's own connection to the service
+_MNT_DETACH = 2
+_GVISOR_REPORTER_UID = 65533  # the reporter inside gVisor (the runner takes the case's uid)
 
 
 def _threads():
@@ -72,11 +87,54 @@ def _private_filesystems(libc, zcfg, uid):
     # /proc/locks lists every file lock on the host: an empty file instead (as bwrap_argv does).
     _mount(libc, "/dev/null", "/proc/locks", None, _MS_BIND, None)
     _mount(libc, None, "/proc/locks", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None)
+    _work_dirs(uid)
+
+
+def _work_dirs(uid):
     for d in ("/tmp/work", "/tmp/home"):
         os.mkdir(d, 0o700)
+    os.chdir("/tmp/work")  # first: the zygote may lack the capability to enter another uid's 0700 directory
+    for d in ("/tmp/work", "/tmp/home"):
         if uid is not None:
             os.chown(d, uid, uid)
-    os.chdir("/tmp/work")
+
+
+def _case_root_path(zcfg, token):
+    return f"{zcfg['cases_dir']}/{token}"
+
+
+def _gvisor_case_root(libc, zcfg, uid, token):
+    """gvisor: gVisor's kernel (Debian's release) accepts unshare(CLONE_NEWNS) but mounts made
+    after it still land in the one mount namespace of the sandbox, seen by every process of it.
+    So each case gets a root of its own instead, and is chrooted into it: a read-only tmpfs with
+    the sandbox's read-only view bound in (the interpreter, packages and libraries; nothing of
+    the service's socket), its own size-capped /tmp and /dev/shm, and a /proc of its own pid
+    namespace. Its path holds the case's random token, under a directory no case can list.
+    (That kernel refuses to remount a bind read-only: what is bound in is read-only already,
+    the sandbox's read-only root and binds, and the case's root is root's, 0755.)"""
+    root = _case_root_path(zcfg, token)
+    os.mkdir(root, 0o700)
+    _mount(libc, "tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1048576,mode=0755")
+    for link, target in zcfg["symlinks"]:
+        os.symlink(target, root + link)
+    for d in ("/proc", "/dev", "/tmp"):
+        os.mkdir(root + d, 0o755)
+    for source in zcfg["binds"]:  # the sandbox's own mounts; a bind takes none of the mounts below it
+        point = root + source
+        os.makedirs(os.path.dirname(point), 0o755, exist_ok=True)
+        if os.path.isdir(source):
+            os.makedirs(point, 0o755, exist_ok=True)
+        elif not os.path.exists(point):
+            os.close(os.open(point, os.O_CREAT | os.O_WRONLY, 0o444))
+        _mount(libc, source, point, None, _MS_BIND, None)
+    _mount(libc, "/dev", root + "/dev", None, _MS_BIND, None)
+    _mount(libc, "tmpfs", root + "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
+           f"size={int(zcfg['shm_bytes'])},mode=1777")
+    _mount(libc, "tmpfs", root + "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={int(zcfg['tmpfs_bytes'])},mode=1777")
+    _mount(libc, "proc", root + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY, None)
+    os.chroot(root)
+    os.chdir("/")
+    _work_dirs(uid)
 
 
 def _drop_privileges(libc, uid):
@@ -94,8 +152,121 @@ def _drop_privileges(libc, uid):
         raise OSError("capabilities survived the uid change")
 
 
+def _connect_case(zcfg, token):
+    """gvisor: the case's four channels and the leader's link, each a connection to the
+    service's socket that names the case and its role (fds 0 to 4 when done)."""
+    socks = []
+    for role in range(_CASE_FDS + 1):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(zcfg["control_socket"])
+        sock.sendall(f"{token}:{role}\n".encode())
+        socks.append(sock)
+    return [sock.detach() for sock in socks]
+
+
+def _case_tasks_left(case_proc):
+    """Whether any process is left in the case's pid namespace (its own /proc lists exactly
+    those, by the namespace's pids)."""
+    try:
+        return any(entry.isdigit() for entry in os.listdir(case_proc))
+    except OSError:
+        return False
+
+
+def _uid_tasks(uid):
+    """Pids (this namespace's) of every process of uid in the sandbox."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    if any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in f):
+                        pids.append(int(entry))
+            except (OSError, ValueError):
+                pass
+    return pids
+
+
+def _rmdir_failed(path):
+    try:
+        os.rmdir(path)
+    except OSError:
+        return True
+    return False
+
+
+def _gvisor_leader(libc, zcfg, token, pid, uid):
+    """Watch the case's pid 1 and the service's link: when the link closes (the service ends the
+    case, or is gone), kill pid 1, which takes the case's pid namespace with it. Exit only when
+    no process of the case's uid is left, telling the service how pid 1 ended."""
+    for fd in range(_CASE_FDS):
+        os.close(fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    watched = [_LINK_FD, wake_r]
+    status = None
+    while status is None:
+        got, raw = os.waitpid(pid, os.WNOHANG)
+        if got == pid:
+            status = raw
+            break
+        ready, _, _ = select.select(watched, [], [])
+        if _LINK_FD in ready:
+            os.kill(pid, signal.SIGKILL)
+            watched = [wake_r]
+        if wake_r in ready:
+            os.read(wake_r, 512)
+    case_proc = _case_root_path(zcfg, token) + "/proc"
+    for _ in range(500):  # the kernel kills the namespace with its init; wait until it has
+        # Every process of the case is in its pid namespace (the filter refuses new ones), so an
+        # empty namespace is the end of the case; what is left is killed by uid meanwhile.
+        if not _case_tasks_left(case_proc):
+            break
+        for task in _uid_tasks(uid):
+            with contextlib.suppress(OSError):
+                os.kill(task, signal.SIGKILL)
+        select.select([], [], [], 0.002)
+    else:
+        os._exit(99)  # the service sees an unclean end and discards the whole sandbox
+    root = _case_root_path(zcfg, token)
+    # (no root when the case failed before making it)
+    if os.path.isdir(root) and (libc.umount2(root.encode(), _MNT_DETACH) != 0 or _rmdir_failed(root)):
+        os._exit(98)  # the same: nothing of a case may stay for the next
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    with contextlib.suppress(OSError):
+        os.write(_LINK_FD, f"clean {code}\n".encode())
+    os._exit(0)
+
+
 def _case_leader(zcfg, req, fds):
     """The fork: becomes the case (never returns)."""
+    if zcfg["isolation"] == "gvisor":
+        fds = _connect_case(zcfg, req["token"])
+        for target, fd in enumerate(fds):
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
+        os.closerange(_LINK_FD + 1, 1 << 16)
+        os.setsid()
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        uid = req["uid"]
+        libc = _libc()
+        _check(libc.unshare(_GVISOR_NAMESPACES), "unshare")
+        pid = os.fork()
+        if pid:
+            _gvisor_leader(libc, zcfg, req["token"], pid, uid)
+        os.close(_LINK_FD)
+        _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")
+        _gvisor_case_root(libc, zcfg, uid, req["token"])
+        _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        # Root until main() forks: the reporter and the runner each drop to their own uid.
+        cfg = dict(req["cfg"], result_fd=_RESULT_FD, reporter_uid=_GVISOR_REPORTER_UID, runner_uid=uid)
+        sys.argv[1:] = [json.dumps(cfg)]
+        arm_seccomp_first()
+        main()
+        os._exit(70)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     os.closerange(_CASE_FDS, 1 << 16)  # the control socket and everything else of the zygote
@@ -130,9 +301,43 @@ def _case_leader(zcfg, req, fds):
     main()
 
 
+def _gvisor_zygote_loop(zcfg, control):
+    """The zygote's loop inside gVisor: requests are JSON lines on the control connection; a
+    leader connects its case's channels itself (_connect_case)."""
+    requests = control.makefile("rb")
+    control.sendall(b'{"kind": "ready"}\n')
+    for line in requests:
+        while True:  # leaders of finished cases (and, as pid 1, any orphan)
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        if _threads() != 1:
+            control.sendall(b'{"kind": "failed", "error": "zygote not single-threaded"}\n')
+            os._exit(75)
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                requests.close()
+                control.close()
+                _case_leader(zcfg, req, [])
+            except BaseException as exc:
+                import traceback
+                os.write(2, f"harness set-up failed: {exc!r} {traceback.format_exc()}\n".encode())
+            os._exit(70)
+        control.sendall(json.dumps({"kind": "forked", "threads": _threads()}).encode() + b"\n")
+    os._exit(0)  # the service is gone
+
+
 def zygote_main():
     zcfg = json.loads(sys.argv[1])
-    control = socket.socket(fileno=int(zcfg["control_fd"]))
+    if zcfg["isolation"] == "gvisor":
+        control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        control.connect(zcfg["control_socket"])
+    else:
+        control = socket.socket(fileno=int(zcfg["control_fd"]))
     try:
         sys.path[:0] = zcfg["sys_path"]
         _import_profile(zcfg["preload"])
@@ -147,11 +352,14 @@ def zygote_main():
         if threads != 1:
             raise OSError(f"the imports started {threads - 1} threads")
     except BaseException as exc:
-        control.send(json.dumps({"kind": "failed", "error": repr(exc)[:300]}).encode())
+        control.send(json.dumps({"kind": "failed", "error": repr(exc)[:300]}).encode() + b"\n")
         os._exit(70)
     # What the imports made is never collected in a fork: a collection there would touch (and
     # so copy) every page of it.
     gc.freeze()
+    if zcfg["isolation"] == "gvisor":
+        os.mkdir(zcfg["cases_dir"], 0o711)  # traversable, not listable: each case's root by path only
+        _gvisor_zygote_loop(zcfg, control)
     # A pidfd of itself: the service learns the zygote's pid as the host sees it (for its
     # operators and tests; the service never signals it by pid).
     own = os.pidfd_open(os.getpid())

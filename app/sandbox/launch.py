@@ -421,7 +421,9 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
         # the pool only when /proc shows none of its processes (one scan when all is quiet).
         # A forked bubblewrap child's leader exits only after the case's pid 1, whose exit
         # empties the pid namespace every process of the case is in: nothing can be left.
-        gone = (child.forked and child.tier == "bubblewrap" and exited) or reap_uid(child.uid)
+        # A forked gvisor child's uid is one of gVisor's kernel, never of the host: its leader
+        # exits only once no process of that uid is left in the lane's sandbox.
+        gone = (child.forked and child.tier in ("bubblewrap", "gvisor") and exited) or reap_uid(child.uid)
         if child.tier == "plain":
             facts["left_behind"] = remove_leftovers_of(child.uid)
         if uids is not None and gone:

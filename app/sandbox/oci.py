@@ -43,9 +43,10 @@ def _tmpfs(target: str, size: int) -> dict[str, Any]:
 
 
 def bundle_config(plan: Plan, sb: SandboxSettings, *, rootfs: str, result_dir: str, args: list[str],
-                  env: dict[str, str], cwd: str) -> dict[str, Any]:
-    """config.json for one child. ``result_dir`` (the host directory of the result socket) is
-    bound read-only: the harness connects to the socket there, it cannot replace it."""
+                  env: dict[str, str], cwd: str, caps: tuple[str, ...] = ()) -> dict[str, Any]:
+    """config.json for one child (or, with the fork server's ``caps``, for one lane's fork server:
+    gvisor_zygote.py). ``result_dir`` (the host directory of the service's socket) is bound
+    read-only: the harness connects to the socket there, it cannot replace it."""
     mounts = [
         {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev", "ro"]},
         _tmpfs("/tmp", sb.tmpfs_bytes),
@@ -62,7 +63,7 @@ def bundle_config(plan: Plan, sb: SandboxSettings, *, rootfs: str, result_dir: s
             "env": [f"{k}={v}" for k, v in env.items()],
             "cwd": cwd,
             "noNewPrivileges": True,
-            "capabilities": {k: list(_HARNESS_CAPS) for k in ("bounding", "effective", "permitted")},
+            "capabilities": {k: list(caps or _HARNESS_CAPS) for k in ("bounding", "effective", "permitted")},
             "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0}],
         },
         "root": {"path": rootfs, "readonly": True},

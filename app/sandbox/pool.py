@@ -89,7 +89,12 @@ class Sandbox:
 
     @property
     def limits(self) -> str:
-        """What bounds a case as a whole: a control group per case, or per-process rlimits."""
+        """What bounds a case as a whole: a control group per case, or per-process rlimits. A
+        fork inside a lane's gVisor sandbox has no host process of its own to put in a group:
+        rlimits (gVisor enforces them) bound it, and the lane's group the lane as a whole."""
+        tier = self._tier
+        if tier is not None and tier.isolation == "gvisor" and self.launcher == "forkserver":
+            return "rlimits"
         return self._cgroups.name if self._cgroups is not None else "rlimits"
 
     @property

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING
 
 from app.sandbox.cgroups import CaseCgroup, CgroupHost
+from app.sandbox.gvisor_zygote import GvisorZygote
 from app.sandbox.launch import (
     Child,
     SandboxFault,
@@ -243,7 +244,7 @@ class ForkServers:
 
     def __init__(self, sb: SandboxSettings) -> None:
         self.sb = sb
-        self._zygotes: dict[tuple[str, bool, str], Zygote] = {}
+        self._zygotes: dict[tuple[str, bool, str], Zygote | GvisorZygote] = {}
         self._failed: dict[tuple[str, bool, str], float] = {}
         self._lock = threading.Lock()
         # Zygotes are started from this one thread, which lives as long as the sandbox:
@@ -252,10 +253,13 @@ class ForkServers:
         self._keeper = ThreadPoolExecutor(1, thread_name_prefix="sandbox-forkserver")
 
     def usable(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
-        # Only the tiers a fork server reproduces: any other (gvisor: a kernel of its own per
-        # case) is never forked, whatever tools the host has.
+        # Only where a fork keeps every guarantee of a started child. bubblewrap and gvisor need
+        # the deny-list, which refuses the nested user namespaces a started child refuses
+        # otherwise; gvisor forks inside one gVisor sandbox per lane (gvisor_zygote.py).
         if self.sb.launcher != "forkserver" or not plan.is_root:
             return False
+        if isolation == "gvisor":
+            return seccomp and "runsc" in plan.tools
         return isolation == "plain" or (isolation == "bubblewrap" and seccomp and "bwrap" in plan.tools)
 
     def serving(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
@@ -267,7 +271,8 @@ class ForkServers:
             return not any(key[:2] == (isolation, seccomp) and now - when < _RETRY_AFTER_SECONDS
                            for key, when in self._failed.items())
 
-    def _zygote(self, plan: Plan, isolation: str, seccomp: bool, profile: str) -> Zygote | None:
+    def _zygote(self, plan: Plan, isolation: str, seccomp: bool, profile: str,
+                cgroups: CgroupHost | None = None) -> Zygote | GvisorZygote | None:
         key = (isolation, seccomp, profile)
         with self._lock:
             zygote = self._zygotes.get(key)
@@ -281,7 +286,10 @@ class ForkServers:
             if failed is not None and time.monotonic() - failed < _RETRY_AFTER_SECONDS:
                 return None
             try:
-                zygote = self._keeper.submit(Zygote, plan, self.sb, isolation, seccomp, profile).result()
+                if isolation == "gvisor":
+                    zygote = self._keeper.submit(GvisorZygote, plan, self.sb, seccomp, profile, cgroups).result()
+                else:
+                    zygote = self._keeper.submit(Zygote, plan, self.sb, isolation, seccomp, profile).result()
                 self._zygotes[key] = zygote
             except (SandboxFault, OSError, RuntimeError) as exc:
                 self._failed[key] = time.monotonic()
@@ -298,16 +306,19 @@ class ForkServers:
         if not self.usable(plan, isolation, seccomp) or uids is None:
             return None
         for attempt in range(2):
-            zygote = self._zygote(plan, isolation, seccomp, profile)
+            zygote = self._zygote(plan, isolation, seccomp, profile, cgroups)
             if zygote is None:
                 return None
             try:
+                if isinstance(zygote, GvisorZygote):
+                    return zygote.fork_child(uids)
                 return self._fork(zygote, isolation, seccomp, profile, uids, cgroups)
             except SandboxFault:
                 if attempt == 1:
                     raise
                 with contextlib.suppress(subprocess.TimeoutExpired):  # bubblewrap follows it out
-                    zygote.popen.wait(timeout=0.5)
+                    if zygote.popen is not None:
+                        zygote.popen.wait(timeout=0.5)
                 if zygote.alive():
                     raise
                 # It died (or was killed) since it was last used: once more with a new one.

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from app.sandbox.gvisor_zygote import GvisorZygote
 from app.sandbox.pool import Sandbox
 from app.sandbox.zygote import Zygote
 from tests.sandbox.attacks import code, guarded
@@ -23,15 +24,19 @@ from tests.sandbox.tiers import box_for
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
-def _zygote(box: Sandbox, profile: str = "numpy") -> Zygote:
+def _zygote(box: Sandbox, profile: str = "numpy") -> Zygote | GvisorZygote:
     tier = box.tier()
     zygote = box._forkservers._zygotes.get((tier.isolation, tier.seccomp, profile))
     assert zygote is not None and zygote.alive(), "no fork server serves this tier"
     return zygote
 
 
-def _threads(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
+def _threads(zygote: Zygote | GvisorZygote) -> object:
+    """The zygote's threads: from /proc, or, for one inside a lane's gVisor sandbox (whose tasks
+    the host cannot see), as the zygote reported them when it last forked."""
+    if isinstance(zygote, GvisorZygote):
+        return zygote.threads
+    with open(f"/proc/{zygote.pid}/status") as f:
         return int(next(line for line in f if line.startswith("Threads:")).split()[1])
 
 
@@ -44,13 +49,13 @@ def _forked_run(box: Sandbox, source: str, args: list[object] | None = None) -> 
 _HONEST = "def attack():\n    import numpy as np\n    return int(np.arange(10).sum())\n"
 
 
-def _still_serves(box: Sandbox, zygote: Zygote) -> None:
+def _still_serves(box: Sandbox, zygote: Zygote | GvisorZygote) -> None:
     """The same zygote (same pid, single-threaded) forks a later case that runs correctly."""
     run = box.run(_HONEST, "attack", [], profile="numpy")
     assert run.status == "finished" and observed(run) == 45, (run.status, run.fault)
     assert run.extra.get("launcher") == "forkserver"
     assert _zygote(box) is zygote and zygote.alive()
-    assert _threads(zygote.pid) == 1
+    assert _threads(zygote) == 1
 
 
 # ---------------------------------------------------------------- nothing passes between forks
@@ -106,8 +111,8 @@ def test_files_of_one_fork_are_gone_for_the_next(fork_tier: str, place: str) -> 
 
 @pytest.mark.filter_neutral
 def test_a_fork_has_private_tmp_and_shm(fork_tier: str) -> None:
-    """Two cases at once: each sees an empty /tmp and /dev/shm of its own (bubblewrap), or its own
-    private TMPDIR (plain)."""
+    """Two cases at once: each sees an empty /tmp and /dev/shm of its own (bubblewrap, gvisor), or
+    its own private TMPDIR (plain)."""
     box = box_for(fork_tier, guards=False)
     source = code("""
         import os
@@ -117,7 +122,7 @@ def test_a_fork_has_private_tmp_and_shm(fork_tier: str) -> None:
         """)
     first, second = (_forked_run(box, source) for _ in range(2))
     assert isinstance(first, list) and isinstance(second, list)
-    if fork_tier.startswith("bubblewrap"):
+    if fork_tier.startswith(("bubblewrap", "gvisor")):
         assert first[:2] == [["home", "work"], []] and second[:2] == [["home", "work"], []]
     else:
         assert first[0] == [] and second[0] == [] and first[2] != second[2]
@@ -199,7 +204,10 @@ def test_memory_and_task_exhaustion_stay_in_the_case(fork_tier: str) -> None:
                 hoard.append(bytearray(64 << 20))
         """)
     run, verdict = hostile(box, memory)
-    assert verdict["verdict"] in ("memory", "crashed", "exception"), verdict
+    # Under gVisor each page fault is charged to the task: the tests' 1 s CPU allowance may end
+    # the case before its address-space limit does (as in the adversarial suite).
+    ended = ("memory", "crashed", "exception") + (("timeout",) if fork_tier.startswith("gvisor") else ())
+    assert verdict["verdict"] in ended, verdict
     tasks = code("""
         import os, time
         def attack():
@@ -216,7 +224,9 @@ def test_memory_and_task_exhaustion_stay_in_the_case(fork_tier: str) -> None:
         """)
     run, _ = hostile(box, tasks)
     forked = observed(run)
-    assert isinstance(forked, int) and forked < 10000
+    # (gVisor charges each fork's copy of the address space to the forking task: its 16 forks
+    # take about the tests' 1 s CPU allowance, which may end the case first on a loaded machine)
+    assert (isinstance(forked, int) and forked < 10000) or (fork_tier.startswith("gvisor") and run.status == "timeout")
     _still_serves(box, zygote)
 
 
@@ -242,7 +252,7 @@ def test_threads_and_children_left_running_do_not_survive(fork_tier: str) -> Non
         """, "token")
     assert _forked_run(box, leave, [token]) == "left"
     time.sleep(1.5)  # past the moment the leftovers would have written
-    assert _threads(zygote.pid) == 1
+    assert _threads(zygote) == 1
     look = guarded("""
         return open(os.path.join(os.environ['TMPDIR'], token)).read()
         """, "token")

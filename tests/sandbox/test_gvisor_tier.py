@@ -11,13 +11,14 @@ import typing
 import pytest
 
 from app.sandbox.gvisor import descendants
+from app.sandbox.gvisor_zygote import GvisorZygote
 from app.sandbox.launch import SandboxFault
 from app.sandbox.pool import Sandbox, candidate_tiers
 from app.sandbox.tier_order import TIER_ORDER
 from app.settings import SandboxSettings
 from tests.sandbox.attacks import code, guarded
 from tests.sandbox.isolation_support import hostile, observed
-from tests.sandbox.tiers import box_for, offered_tiers, tier_settings
+from tests.sandbox.tiers import LaunchedTier, box_for, offered_tiers, tier_settings
 
 # Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
 # wall and CPU limits are what they test, and other tests' load on two cores breaks them.
@@ -94,7 +95,7 @@ def test_the_result_socket_is_out_of_the_candidates_reach(gvisor_tier: str) -> N
 
 @needs_gvisor
 def test_warm_pool_serves_a_case_from_a_sandbox_started_before_it() -> None:
-    box = box_for(GVISOR[0])
+    box = box_for(LaunchedTier(GVISOR[0], "exec"))  # a sandbox per case
     box.prewarm("numpy")
     with box._cv:
         started = {pid for child in box._warm["numpy"] for pid in descendants(child.popen.pid)}
@@ -105,11 +106,13 @@ def test_warm_pool_serves_a_case_from_a_sandbox_started_before_it() -> None:
 
 
 @needs_gvisor
-def test_gvisor_cases_are_never_forked_from_a_host_process() -> None:
-    """The fork server (the default launcher) reproduces the bubblewrap and plain tiers only: a
-    gvisor case is always a sandbox of its own behind gVisor's kernel, never a fork of a zygote
-    that runs on the host's."""
-    box = box_for("gvisor")
+@pytest.mark.parametrize("gvisor_tier", GVISOR)
+def test_gvisor_cases_are_never_forked_from_a_host_process(gvisor_tier: str) -> None:
+    """The fork server (the default launcher) of the gvisor tier runs inside a gVisor sandbox
+    (gvisor_zygote.py): a gvisor case is a fork of a zygote behind gVisor's kernel, or a sandbox
+    of its own, never a fork of a process on the host's kernel. (Without the filter: no fork
+    server, a sandbox per case.)"""
+    box = box_for(gvisor_tier)
     assert box.settings.launcher == "forkserver"
     source = code("""
         import os
@@ -118,4 +121,9 @@ def test_gvisor_cases_are_never_forked_from_a_host_process() -> None:
         """)
     run, _ = hostile(box, source)
     assert observed(run) != os.uname().release
-    assert run.extra["launcher"] == "exec" and box.launcher == "exec"
+    zygotes = list(box._forkservers._zygotes.values())
+    if gvisor_tier.endswith("+seccomp"):
+        assert run.extra["launcher"] == "forkserver" and box.launcher == "forkserver"
+        assert zygotes and all(isinstance(z, GvisorZygote) for z in zygotes)
+    else:
+        assert run.extra["launcher"] == "exec" and box.launcher == "exec" and not zygotes

@@ -527,6 +527,8 @@ def test_tempfile_in_a_plain_case_is_private(tier: str) -> None:
 def test_sandbox_status_names_the_tier_and_the_case_limits(tier: str) -> None:
     status = box_for(tier).status()
     assert status["ok"] and status["tier"] == tier
-    expected = "rlimits" if os.geteuid() != 0 or box_for(tier)._cgroups is None else box_for(tier)._cgroups.name
+    # (a fork in a gvisor lane has no host process of its own to put in a group: rlimits)
+    lane = tier.startswith("gvisor") and box_for(tier).launcher == "forkserver"
+    expected = "rlimits" if os.geteuid() != 0 or lane or box_for(tier)._cgroups is None else box_for(tier)._cgroups.name
     assert status["limits"] == expected
     assert tier_settings(tier).cgroups == "auto"

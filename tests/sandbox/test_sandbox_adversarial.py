@@ -91,6 +91,10 @@ def test_background_process_is_killed_after_the_case(tier: str, targets: Any) ->
     )
     run = box_for(tier, guards=False).run(source, "attack", [], profile="numpy")
     assert isinstance(_observed(run), int)  # the fork really happened
+    if tier.startswith("gvisor") and run.extra["launcher"] == "forkserver":
+        # in the lane's sandbox: the case's leader saw its pid namespace empty before it ended
+        assert run.extra["case_namespace_emptied"] is True
+        return
     if tier.startswith("gvisor"):  # the fork lived in gVisor's kernel: it went with its processes
         assert run.extra["host_pids"] and run.extra["host_processes_left"] == 0
         return
@@ -195,8 +199,9 @@ def test_sandbox_processes_hold_no_privilege(tier: str) -> None:
     if tier.startswith("gvisor"):
         # No host uid of the pool: the case's processes live in gVisor's kernel, where
         # test_every_process_of_the_sandbox_runs_under_the_filter finds them unprivileged.
+        # (Forked in a lane's sandbox, the case's uid in gVisor's kernel is one of the pool's.)
         run = box_for(tier).run("import os\ndef attack():\n    return os.getuid()\n", "attack", [])
-        assert run.extra["uid"] is None and _observed(run) not in (None, 0)
+        assert run.extra["uid"] in (None, _observed(run)) and _observed(run) not in (None, 0)
         return
     done = threading.Event()
     seen: dict[int, tuple[int, str]] = {}

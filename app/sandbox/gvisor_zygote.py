@@ -1,0 +1,347 @@
+"""The gvisor tier at fork speed: one long-lived gVisor sandbox per fork server (one per worker
+process and profile, so one per lane), holding the warm zygote; each case is a fresh fork inside
+it, with its own pid, mount, IPC, network, UTS and cgroup namespaces of gVisor's kernel, its own
+size-capped /tmp and /dev/shm and /proc, its own uid (the reporter another), no_new_privs, the
+seccomp deny-list and channel filter, and rlimits (child_zygote.py). A case's system calls are
+answered by gVisor's kernel, as in a started gvisor child; what differs is that the cases of a
+lane share that one kernel, one after the other and side by side (see docs/sandbox.md).
+
+runsc of Debian's release hands no fd in or out, so the service listens on a unix socket in a
+root-only directory of the lane's, bound read-only into the sandbox: the zygote connects to it
+for its requests, and each case's leader connects its case's stdin, stdout, stderr, result
+channel and its own link, each naming the case by a random token. Closing the link ends the case:
+the leader kills the case's pid 1 (and with it the case's pid namespace) and closes the link
+once no process of the case's uid is left."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+from app.sandbox.gvisor import (
+    SENTRY_TASKS,
+    _accept,
+    _cgroup_prefix,
+    _kill_and_wait,
+    _pidfds,
+    _rootfs,
+    descendants,
+    reap_orphans,
+)
+from app.sandbox.launch import (
+    Child,
+    SandboxFault,
+    child_env,
+    harness_cfg,
+    max_message_bytes,
+    register,
+    zygote_source,
+)
+from app.sandbox.oci import RESULT_DIR, bundle_config, read_only_binds, root_symlinks
+from app.sandbox.owners import CASE_PREFIX, owned_tempdir
+from app.sandbox.plan import SITE_IN_SANDBOX, Plan
+
+if TYPE_CHECKING:
+    from app.sandbox.cgroups import CaseCgroup, CgroupHost
+    from app.sandbox.uids import UidPool
+    from app.settings import SandboxSettings
+
+_SOCKET = "zygote.sock"
+_ROLES = 5  # stdin, stdout, stderr, result channel, the leader's link (child_zygote._connect_case)
+_TOKEN_BYTES = 8
+_HELLO = 2 * _TOKEN_BYTES + 3  # "<token hex>:<role>\n"
+_REPLY_TIMEOUT = 10.0
+# The fork server inside stays the sandbox kernel's root: to give each fork its own namespaces and
+# mounts (SYS_ADMIN) and root (SYS_CHROOT), its /tmp/work (CHOWN), its uids (SETUID, SETGID), and to kill a case's
+# processes whose uid is not its own (KILL). Every fork gives them all up when it changes uid.
+ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL")
+
+
+class CaseLink:
+    """A case leader inside the lane's sandbox, seen through its link: the leader closes it when
+    the case is over (after writing how pid 1 ended), and ends the case when we shut it."""
+
+    _GRACE_SECONDS = 2.0
+
+    def __init__(self, link: socket.socket, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes],
+                 lane: GvisorZygote) -> None:
+        self.link = link
+        self.lane = lane
+        # The host process that holds every case of the lane: signalling it ends the whole lane.
+        self.pid = lane.pid
+        self.stdin: IO[bytes] | None = stdin
+        self.stdout: IO[bytes] | None = stdout
+        self.stderr: IO[bytes] | None = stderr
+        self.returncode: int | None = None
+        self.clean = False
+        self._said = b""
+
+    def _exited(self, timeout: float | None) -> bool:
+        if self.returncode is not None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready, _, _ = select.select([self.link], [], [], wait)
+            if not ready:
+                return False
+            try:
+                data = self.link.recv(64)
+            except OSError:
+                data = b""
+            if data and len(self._said) < 64:
+                self._said += data
+                continue
+            # "clean <status>": the leader saw the case's namespace empty and its root removed
+            word, _, code = self._said.strip().partition(b" ")
+            self.clean = word == b"clean" and code.isdigit()
+            self.returncode = int(code) if self.clean else -signal.SIGKILL
+            self.link.close()
+            return True
+
+    def poll(self) -> int | None:
+        return self.returncode if self._exited(0) else None
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                self.link.shutdown(socket.SHUT_WR)
+
+    def wait(self, timeout: float | None = None) -> int:
+        grace = self._GRACE_SECONDS if timeout is None else min(timeout, self._GRACE_SECONDS)
+        if not self._exited(grace):
+            self.kill()
+            rest = None if timeout is None else max(timeout - grace, 0.0)
+            if not self._exited(rest):
+                # The leader did not end its case: nothing of the lane is trusted any longer.
+                self.lane.stop()
+                raise subprocess.TimeoutExpired("case leader", timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+
+class GvisorZygote:
+    """One fork server inside a gVisor sandbox of its own (see the module's docstring)."""
+
+    isolation = "gvisor"
+    pid: int  # runsc's (the host process that holds the lane), set as it starts
+
+    def __init__(self, plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
+                 cgroups: CgroupHost | None = None) -> None:
+        runsc = plan.tools.get("runsc")
+        if runsc is None:
+            raise SandboxFault("runsc (gVisor) is not installed")
+        self.plan, self.sb, self.seccomp, self.profile = plan, sb, seccomp, profile
+        self._lock = threading.Lock()  # one fork at a time: its connections are accepted in turn
+        self._stopped = False
+        self.lanedir = owned_tempdir(CASE_PREFIX, 0o700)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.control: socket.socket | None = None
+        self._buffer = b""
+        self._held: list[int] = []
+        # The zygote's thread count as it last forked (it refuses to fork with more than one):
+        # gVisor's tasks are not the host's, so the host cannot read it from /proc.
+        self.threads: object = None
+        self.cgroup: CaseCgroup | None = None
+        try:
+            if cgroups is not None:
+                self.cgroup = self._lane_cgroup(cgroups)
+            self._start(runsc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _lane_cgroup(self, cgroups: CgroupHost) -> CaseCgroup:
+        """One control group for the whole sandbox (gVisor's kernel and every case in it): room
+        for the warm forks and every case the service runs at once, each at its own limits. A
+        case has no host process of its own, so no group of its own: rlimits bound it inside."""
+        sb = self.sb
+        cases = sb.warm_pool_size + sb.max_concurrent_cases
+        cgroup = cgroups.create()
+        cgroup.set_memory_limit(sb.warm_memory_bytes + cases * sb.case_memory_bytes)
+        cgroup.set_task_limit(SENTRY_TASKS + cases * (sb.warm_max_tasks + sb.max_processes))
+        return cgroup
+
+    def _start(self, runsc: str) -> None:
+        plan, sb = self.plan, self.sb
+        channel = os.path.join(self.lanedir, "channel")
+        os.mkdir(channel, 0o700)
+        path = os.path.join(channel, _SOCKET)
+        self.listener.bind(path)
+        os.chmod(path, 0o600)  # the zygote and its leaders connect as the sandbox's root
+        self.listener.listen(2 * _ROLES)
+        zcfg = {
+            "isolation": "gvisor",
+            "preload": self.profile,
+            "seccomp": self.seccomp,
+            "tmpfs_bytes": sb.tmpfs_bytes,
+            "shm_bytes": sb.shm_bytes,
+            "sys_path": [SITE_IN_SANDBOX],
+            "control_socket": f"{RESULT_DIR}/{_SOCKET}",
+            "cases_dir": "/tmp/cases",  # on the sandbox's own /tmp, which no case sees
+            # what each case's root binds in, and the merged-/usr links it recreates
+            "binds": [b.target for b in read_only_binds(plan)],
+            "symlinks": root_symlinks(),
+        }
+        bundle = os.path.join(self.lanedir, "bundle")
+        os.mkdir(bundle, 0o700)
+        args = [plan.python, "-I", "-S", "-B", "-c", zygote_source(), json.dumps(zcfg)]
+        config = bundle_config(plan, sb, rootfs=_rootfs(plan), result_dir=channel, args=args,
+                               env=child_env(sb, "/tmp/home", "/tmp"), cwd="/", caps=ZYGOTE_CAPS)
+        with open(os.path.join(bundle, "config.json"), "w") as out:
+            json.dump(config, out)
+        argv = [*_cgroup_prefix(plan, self.cgroup), runsc, "--root", os.path.join(self.lanedir, "state"),
+                f"--platform={sb.gvisor_platform}",
+                "--network=none", "--host-uds=open", "--ignore-cgroups",
+                "run", "--bundle", bundle, os.path.basename(self.lanedir)]
+        self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"},
+                                      start_new_session=True)
+        self.pid = self.popen.pid
+        try:
+            self.control = _accept(self.listener, self.popen, sb.start_timeout_seconds)
+        except SandboxFault as exc:
+            raise SandboxFault(f"fork server failed to start: {exc}") from exc
+        # gVisor's host processes (gofer, sandbox) in sessions of their own: found while runsc
+        # still parents them and held by pidfd, so that stop() ends them even once runsc is dead.
+        self._held = _pidfds(descendants(self.popen.pid))
+        reply = self._reply(sb.start_timeout_seconds)
+        if reply.get("kind") != "ready":
+            raise SandboxFault(f"fork server failed to start: {reply.get('error') or 'no message'}")
+
+    def _reply(self, timeout: float) -> dict[str, Any]:
+        assert self.control is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self.control], [], [], max(deadline - time.monotonic(), 0.0))
+            if not ready:
+                return {"kind": "failed", "error": f"no answer within {timeout:.0f} s"}
+            data = self.control.recv(4096)
+            if not data:
+                return {"kind": "failed", "error": "the fork server exited"}
+            self._buffer += data
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        reply = json.loads(line)
+        return reply if isinstance(reply, dict) else {"kind": "failed"}
+
+    def alive(self) -> bool:
+        """Its sandbox runs and the zygote has not hung up (it never speaks unasked)."""
+        if self._stopped or self.popen is None or self.popen.poll() is not None or self.control is None:
+            return False
+        try:
+            ready, _, _ = select.select([self.control], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not ready
+
+    def _accept_case(self, token: str, deadline: float) -> dict[int, socket.socket]:
+        """The case's connections (by role), which its leader makes right after the fork."""
+        conns: dict[int, socket.socket] = {}
+        try:
+            while len(conns) < _ROLES:
+                ready, _, _ = select.select([self.listener], [], [], max(deadline - time.monotonic(), 0.0))
+                if not ready:
+                    raise SandboxFault("a forked case did not connect in time")
+                conn, _ = self.listener.accept()
+                conn.settimeout(max(deadline - time.monotonic(), 0.01))
+                hello = b""
+                with contextlib.suppress(OSError):
+                    while len(hello) < _HELLO:
+                        part = conn.recv(_HELLO - len(hello))
+                        if not part:
+                            break
+                        hello += part
+                got, _, role = hello.decode(errors="replace").strip().partition(":")
+                if got != token or not role.isdigit() or int(role) >= _ROLES or int(role) in conns:
+                    conn.close()  # only this lane's zygote can connect: a fault, not an attack
+                    raise SandboxFault("the fork server's case connected out of turn")
+                conn.settimeout(None)
+                conns[int(role)] = conn
+        except BaseException:
+            for conn in conns.values():
+                conn.close()
+            raise
+        return conns
+
+    def fork_child(self, uids: UidPool) -> Child:
+        """A new case leader, its channels connected; not yet ready (launch.wait_ready)."""
+        sb = self.sb
+        uid = uids.take()
+        token = secrets.token_hex(_TOKEN_BYTES)
+        cfg = {**harness_cfg(sb, self.profile, self.seccomp, uid, -1), "sys_path": [], "warm_jit": False,
+               # the leader ends every process of the case; gVisor refuses a new task once a uid
+               # holds more than RLIMIT_NPROC (Linux: as many as), hence one lower
+               "reap_all": False, "nproc_margin": -1}
+        request = {"token": token, "uid": uid, "cfg": cfg}
+        try:
+            with self._lock:
+                if not self.alive():
+                    raise SandboxFault("the fork server is gone")
+                assert self.control is not None
+                try:
+                    self.control.sendall(json.dumps(request).encode() + b"\n")
+                except OSError as exc:
+                    raise SandboxFault(f"the fork server is gone: {exc}") from exc
+                reply = self._reply(_REPLY_TIMEOUT)
+                if reply.get("kind") != "forked":
+                    raise SandboxFault(f"the fork server failed: {reply.get('error') or 'no message'}")
+                self.threads = reply.get("threads")
+                try:
+                    conns = self._accept_case(token, time.monotonic() + _REPLY_TIMEOUT)
+                except (OSError, ValueError) as exc:  # (closed by stop() meanwhile)
+                    raise SandboxFault(f"the fork server is gone: {exc}") from exc
+        except BaseException:
+            # A fork half made may hold a case inside: the whole lane goes, the next starts afresh.
+            self.stop()
+            uids.give_back(uid)
+            raise
+        stdin = os.fdopen(conns[0].detach(), "wb")
+        stdout, stderr = (os.fdopen(conns[i].detach(), "rb") for i in (1, 2))
+        for f in (stdout, stderr):
+            os.set_blocking(f.fileno(), False)
+        process = CaseLink(conns[4], stdin, stdout, stderr, self)
+
+        def teardown() -> dict[str, Any]:
+            """Runs first in destroy: the case's processes and root are gone when it returns."""
+            process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+            return {"case_namespace_emptied": process.clean}
+
+        child = Child(process, conns[3].detach(), "gvisor", self.seccomp, self.profile, uid, None,
+                      time.monotonic(), None, max_message_bytes(sb), teardown=teardown, forked=True,
+                      origin_alive=self.alive)
+        register(child)
+        return child
+
+    def stop(self) -> None:
+        """End the sandbox, every case in it included, and remove the lane's directory."""
+        self._stopped = True
+        for sock in (self.control, self.listener):
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
+        popen, held, self._held = self.popen, self._held, []
+        if popen is not None:
+            hosts = held + _pidfds(descendants(popen.pid))
+            _kill_and_wait([*hosts, *_pidfds([popen.pid])], reap=hosts)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=10)
+            if popen.stderr is not None:
+                popen.stderr.close()
+            reap_orphans()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        shutil.rmtree(self.lanedir, ignore_errors=True)
