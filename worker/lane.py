@@ -33,7 +33,6 @@ from worker.grading_worker import GradingWorker, build_worker
 
 log = logging.getLogger(__name__)
 OUTAGE_SECONDS = 600  # a lane waits this long for an unreachable Redis before it gives up
-PARENT_ENV = "SCALING_GRADER_LANE_PARENT"  # the pid of the worker process that started the lane
 _PR_SET_PDEATHSIG = 1
 
 
@@ -46,13 +45,12 @@ class QuietMaintenance(logging.Filter):
         return not ("cleaning" in message and "registries" in message)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int | None) -> None:
     """SIGKILL this lane when the worker process that started it dies (Linux), and leave at once
     if it died before this could be set."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    parent = os.environ.get(PARENT_ENV)
-    if parent is not None and os.getppid() != int(parent):
+    if parent is not None and os.getppid() != parent:
         os._exit(1)
 
 
@@ -103,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lane", type=int, default=1)
     parser.add_argument("--lanes", type=int, default=1)
     parser.add_argument("--burst", action="store_true")
+    parser.add_argument("--parent", type=int, help="the pid of the worker process that started the lane")
     args = parser.parse_args(argv)
-    _die_with_parent()
+    _die_with_parent(args.parent)
     if not logging.getLogger().handlers:  # RQ configures only its own logger, in work()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("rq.worker").addFilter(QuietMaintenance())

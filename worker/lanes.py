@@ -34,7 +34,6 @@ from rq.serializers import JSONSerializer
 
 from app.jobs import presence
 from app.redis_link import REDIS_ERRORS, sync_connection
-from worker.lane import PARENT_ENV
 
 log = logging.getLogger(__name__)
 _REPEAT_SIGNAL_SECONDS = 1.0  # RQ's rule: a second signal this soon is the same request
@@ -57,7 +56,7 @@ def plan_lanes(names: Sequence[str], queues: Sequence[str], burst: bool) -> list
     plans = []
     for lane, name in enumerate(names, 1):
         command = [sys.executable, "-m", "worker.lane", "--name", name, "--queues", ",".join(queues),
-                   "--lane", str(lane), "--lanes", str(len(names))]
+                   "--lane", str(lane), "--lanes", str(len(names)), "--parent", str(os.getpid())]
         plans.append(LanePlan(name, command + (["--burst"] if burst else [])))
     return plans
 
@@ -65,7 +64,7 @@ def plan_lanes(names: Sequence[str], queues: Sequence[str], burst: bool) -> list
 class Lanes:
     def __init__(self, plans: Sequence[LanePlan], env: Mapping[str, str], redis_url: str, burst: bool = False) -> None:
         self.plans = list(plans)
-        self.env = {**env, PARENT_ENV: str(os.getpid())}
+        self.env = dict(env)
         self.redis_url = redis_url
         self.burst = burst
         self.processes: dict[str, subprocess.Popen[bytes]] = {}

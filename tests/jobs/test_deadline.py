@@ -71,7 +71,7 @@ def test_no_broad_handler_in_a_job_can_swallow_it() -> None:
         try:
             _spin_until(threading.Event())
         except Exception:  # what a careless grader might write
-            pass
+            return
     assert _outcome(careless, 1)["raised"] == "GradingDeadline"
 
 
