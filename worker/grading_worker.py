@@ -16,7 +16,8 @@ What is added to SimpleWorker:
   (at the front: app.jobs.redis_jobs enqueues with ``Retry(enqueue_at_front=True)``).
 * One maintenance pass per interval for the whole deployment (RQ's runs on every worker, and its
   cost grows with the number of workers each pass lists).
-* Fewer idle beats, and the lane's presence record (app.jobs.presence) on the same beat."""
+* Fewer of RQ's worker beats (only those the worker's key needs), and the lane's presence record
+  (app.jobs.presence) on the same beat."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from worker.deadline import JobDeadline
 
 log = logging.getLogger(__name__)
 QUEUES = ("impl", "judge")
+_BEAT_MARGIN_SECONDS = 10.0
 
 
 class GradingWorker(SimpleWorker):
@@ -54,7 +56,7 @@ class GradingWorker(SimpleWorker):
     presence_ttl = 10
     holding: str | None = None  # the job id this lane runs now
     beat_lag_max = 0.0  # the beat thread's worst lateness so far, in seconds (published in presence)
-    _last_beat = 0.0  # monotonic time of the last beat sent
+    _key_lives_until = 0.0  # monotonic time at which the worker's key expires, as of the last beat sent
     _last_presence = 0.0
 
     @property
@@ -72,6 +74,7 @@ class GradingWorker(SimpleWorker):
 
     def register_birth(self) -> None:
         super().register_birth()
+        self._key_lives_until = 0.0  # (again after an outage) the next beat goes out
         record_sandbox_tier(self.connection, self.key, self.sandbox_tier)  # for the status page
         # Read (or store first) the deployment's case secret now, not at the first job: a worker
         # that holds it puts it back if Redis loses it (app.jobs.case_secret).
@@ -84,13 +87,16 @@ class GradingWorker(SimpleWorker):
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         # RQ beats at several points of one job (before the dequeue, as the job starts, after it,
-        # and again before the next dequeue), each an HSET and two EXPIREs: beats closer together
-        # than half the monitoring interval add nothing (the worker's key lives for a minute),
-        # and on short jobs they were most of Redis's commands per job.
+        # and again before the next dequeue), each an HSET and two EXPIREs, most with a TTL of a
+        # minute or more: a beat is sent only when the worker's key would otherwise expire before
+        # RQ's next chance to beat (an idle worker's dequeue timeout, plus a margin). Skipping a
+        # beat never shortens the key's life: RQ's beats set the TTL, they do not add to it. The
+        # beat thread's beats always go out (maintain_heartbeats reads the first reply).
         clock = time.monotonic()
-        if clock - self._last_beat >= self.job_monitoring_interval / 2:
-            self._last_beat = clock
+        beat_thread = threading.current_thread() is not threading.main_thread()
+        if beat_thread or self._key_lives_until - clock < self.dequeue_timeout + _BEAT_MARGIN_SECONDS:
             super().heartbeat(timeout, pipeline)
+            self._key_lives_until = clock + (timeout or self.worker_ttl + 60)
         if self.presence is not None and clock - self._last_presence >= self.presence_ttl / 3:
             self._last_presence = clock
             record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
