@@ -213,6 +213,9 @@ def test_a_cold_stop_leaves_the_jobs_to_another_worker_and_writes_no_result(redi
         survivor = None
         try:
             held = _wait_for_holders(redis_server, job_ids, 2)
+            deadline = time.monotonic() + 120  # and both attempts have begun grading (took the lease)
+            while time.monotonic() < deadline and not all(_attempts(redis_server, job_id) for job_id in held):
+                time.sleep(0.05)
             worker.send_signal(signal.SIGTERM)
             time.sleep(1.5)  # a second signal within a second is taken as the same request
             worker.send_signal(signal.SIGTERM)
@@ -233,10 +236,10 @@ def test_a_cold_stop_leaves_the_jobs_to_another_worker_and_writes_no_result(redi
 
 
 def test_the_backstop_deadline_fires_in_a_lane_and_spares_the_other(redis_server) -> None:
-    # (a lane loads the bank on its first job: the right job is given 5 s for that, the hung one
-    # would run into its wall limit well after)
-    deadline = {"SCALING_GRADER_QUEUE__JOB_TIMEOUT": "5", "SCALING_GRADER_QUEUE__RETRIES": "0",
-                "SCALING_GRADER_SANDBOX__WALL_SECONDS": "15"}
+    # (a lane loads the bank on its first job: the right job is given 10 s for that on a loaded
+    # machine; the hung one would run into its wall limit well after)
+    deadline = {"SCALING_GRADER_QUEUE__JOB_TIMEOUT": "10", "SCALING_GRADER_QUEUE__RETRIES": "0",
+                "SCALING_GRADER_SANDBOX__WALL_SECONDS": "40"}
     env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE, **deadline}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
         worker = start_worker(redis_server.url, "deadline", {**FAST_QUEUE, **deadline}, jobs=2)
