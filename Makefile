@@ -49,13 +49,13 @@ $(VENV)/.test: pyproject.toml scaling_book/pyproject.toml | $(BIN)/python
 	touch $@
 
 # Installs the Debian packages of the given command:package pairs whose command is missing, when
-# running as root; otherwise says which are missing.
+# running as root (with apt-get's extra options $(2)); otherwise says which are missing.
 define install_missing
 	@missing=""; \
 	for pair in $(1); do command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) $$missing; \
 	  else echo "missing system packages:$$missing (install them, or run as root)"; fi; \
 	fi
 endef
@@ -68,6 +68,7 @@ sandbox-deps:
 # a headless browser), besides the sandbox's.
 system-deps: sandbox-deps
 	$(call install_missing,redis-server:redis-server chromium:chromium)
+	$(call install_missing,promtool:prometheus,--no-install-recommends)
 
 serve: sandbox-deps $(VENV)/.serve
 	$(BIN)/scaling-grader serve --host $(HOST) --port $(PORT)
@@ -105,17 +106,15 @@ test-in-parts: $(VENV)/.test
 	$(call beside,$(MAKE) --no-print-directory -k bench-smoke typecheck,bench-smoke-and-mypy,$(BIN)/pytest -q -m "not serial and not low_priority" $(PYTEST_PARALLEL))
 	$(BIN)/pytest -q -m serial $(SERIAL_PARALLEL)
 
-# promtool (Debian's prometheus package, ~300 MB, so not part of `make test`, whose promtool
-# checks skip without it) validating deploy/prometheus*.yml and the Grafana dashboard's queries.
-check-dashboards: $(VENV)/.test
-	@command -v promtool >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
-	  else echo "promtool is missing: install Debian's prometheus package"; exit 1; fi; }
+# promtool (Debian's prometheus package without its recommends, about 100 MB and 10 s to install)
+# validating deploy/prometheus*.yml and the Grafana dashboard's queries: `make test` installs it
+# with the other system packages; this target runs just those checks.
+check-dashboards: system-deps $(VENV)/.test
 	$(BIN)/pytest -q tests/deploy/test_dashboards.py
 
 # The quick loop while editing: everything but the tests marked slow (real workers, servers,
-# sandboxes under attack); under a minute, in one process (4 workers measured no faster here).
+# sandboxes under attack); under a minute, in one process (the tests left are short, so starting
+# pytest-xdist workers costs more than it saves).
 test-fast: system-deps $(VENV)/.test
 	$(BIN)/pytest -q -m "not slow"
 
@@ -126,9 +125,11 @@ test-fast: system-deps $(VENV)/.test
 trainers-venv: $(VENV)/.test
 	$(BIN)/python -m tests.trainers.venv
 
-# mypy over app, worker and bench (strict on the grading core and the graders; see pyproject.toml).
+# mypy over app, worker and bench (strict on the grading core and the graders; see pyproject.toml),
+# and strict over scaling_book, whose annotations trainers' own type checkers read (py.typed).
 typecheck: $(VENV)/.test
 	$(BIN)/mypy
+	$(BIN)/mypy --strict -p scaling_book
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .

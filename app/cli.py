@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -40,6 +41,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Its output may go to a reader that stops early (``| head``): then the
+    command ends quietly, as the Python docs recommend (their note on SIGPIPE), instead of with a
+    BrokenPipeError traceback, for every command at once."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            # Written out here, inside the handler, rather than by the interpreter at exit, where
+            # a closed pipe can only print "Exception ignored". Runs for argparse's exits too.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # What is still buffered goes to /dev/null, so the flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

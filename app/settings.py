@@ -21,20 +21,19 @@ CASES_PER_CORE = 4  # the default MAX_CONCURRENT_CASES per core
 
 
 class Tolerances(BaseModel):
-    """Default relative tolerance per split; a request may override it."""
+    """Operators' overrides of default relative tolerances; a request may override them for inline
+    references only. A split's own default lives in its SplitSpec (app/tasks/splits.py), which
+    names the field here that overrides it, if any: None keeps the spec's default."""
 
     model_config = ConfigDict(extra="forbid")
 
-    synthetic: float = Field(0.02, gt=0, lt=1)
-    book: float = Field(0.05, gt=0, lt=1)
-    exam: float = Field(0.05, gt=0, lt=1)
+    synthetic: float | None = Field(None, gt=0, lt=1)
+    book: float | None = Field(None, gt=0, lt=1)
+    exam: float | None = Field(None, gt=0, lt=1)
+    # Rows grading: the ``tasks`` split and inline rows references.
     rows: float = Field(1e-9, gt=0, lt=1)
     # Inline numeric references (OpenRLHF labels, verl ground truths) that carry no tolerance.
     inline: float = Field(0.02, gt=0, lt=1)
-
-
-# Read on every numeric grade: pydantic's model_fields costs more than the grade's arithmetic.
-TOLERANCE_NAMES = frozenset(Tolerances.model_fields)
 
 
 # Bytes a batch item may add around its completion (a task id or label, an OpenRLHF prompt given
@@ -79,7 +78,8 @@ class HeldOutSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    splits: list[str] = Field(default_factory=lambda: ["exam"])
+    # None: the splits whose SplitSpec says held out (the exam).
+    splits: list[str] | None = None
     # Grades one tenant may spend on one item per window (a tenant's own setting overrides it).
     grades_per_item: int = Field(64, gt=0)
     window_seconds: int = Field(7 * 24 * 3600, gt=0)
@@ -286,14 +286,6 @@ class Settings(BaseSettings):
         if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return url
-
-    def tolerance_for(self, split: str) -> float:
-        """The split's default tolerance. An unknown split is an error, never a silent default."""
-        # The ``tasks`` split is graded as rows; its tolerance lives under that name.
-        name = "rows" if split == "tasks" else split
-        if name not in TOLERANCE_NAMES:
-            raise KeyError(f"no tolerance is configured for split {split!r}")
-        return float(getattr(self.tolerances, name))
 
 
 def _variable_names(model: type[BaseModel], prefix: str) -> set[str]:

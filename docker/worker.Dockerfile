@@ -41,4 +41,5 @@ ENV SCALING_GRADER_BOOK_CACHE=/home/grader/.cache/scaling-grader/book TMPDIR=/tm
 # on a loaded host (load average 50) and marked busy, working workers unhealthy.
 COPY docker/healthcheck.py /opt/healthcheck.py
 HEALTHCHECK --interval=30s --timeout=30s --retries=3 CMD ["python", "/opt/healthcheck.py", "worker"]
-CMD ["scaling-grader", "worker", "--queues", "impl,judge"]
+# No --queues: the worker serves every queued grading kind's queue (app/graders/kinds.py).
+CMD ["scaling-grader", "worker"]

@@ -6,9 +6,8 @@
   (``vf-eval scaling-book``), and ``ScalingBookTaskset`` for verifiers 0.4's v1 API (where
   ``vf-eval scaling-book`` resolves the taskset from this module's ``__all__``).
 
-Grading goes through the service (a URL, or $SCALING_GRADER_URL), or runs in-process when the
-service package is installed beside this one. Nothing here imports verifiers or the service
-until it is used."""
+Grading goes through the service (a URL, or $SCALING_GRADER_URL), over HTTP: nothing here
+imports the service, and nothing imports verifiers until it is used."""
 
 from __future__ import annotations
 

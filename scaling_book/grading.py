@@ -1,10 +1,11 @@
-"""Grade labelled completions through the service (when a URL is known) or in this process (when
-none is): the one switch every trainer helper shares.
+"""Grade labelled completions through the service: the one path every trainer helper shares.
 
-Through the service, a whole batch is one ``POST /v1/grade/labelled`` (chunked past the client's
-batch size); labels are read by the service, so an unreadable label, or a judge item on a service
-without a judge, is that item's unscored result, never a failed batch. In-process grading runs the
-service's own ``GradingService`` and needs the service package installed beside this one."""
+A whole batch is one ``POST /v1/grade/labelled`` (chunked past the client's batch size); labels
+are read by the service, so an unreadable label, or a judge item on a service without a judge, is
+that item's unscored result, never a failed batch. There is no in-process mode: this package talks
+HTTP only, so that it needs httpx and nothing of the service. A caller holding the service's ASGI
+app can still grade without a socket by passing ``client=AsyncGraderClient(transport=
+httpx.ASGITransport(app=...))``."""
 
 from __future__ import annotations
 
@@ -21,9 +22,25 @@ from scaling_book.results import GradeResult
 URL_ENV = "SCALING_GRADER_URL"
 
 
+class NoServiceURL(ValueError):
+    """No service to grade with: neither a URL nor $SCALING_GRADER_URL."""
+
+    def __init__(self) -> None:
+        super().__init__(f"no grading service URL: give one, or set ${URL_ENV} "
+                         "(`scaling-grader serve` runs one on this machine)")
+
+
 def service_url(explicit: str | None = None) -> str | None:
-    """The service to call: an explicit URL, else $SCALING_GRADER_URL, else None (grade locally)."""
+    """The service to call: an explicit URL, else $SCALING_GRADER_URL, else None."""
     return explicit or os.environ.get(URL_ENV) or None
+
+
+def required_service_url(explicit: str | None = None) -> str:
+    """As ``service_url``, but NoServiceURL when there is none."""
+    url = service_url(explicit)
+    if url is None:
+        raise NoServiceURL()
+    return url
 
 
 NO_OPTIONS = ClientOptions()
@@ -66,26 +83,8 @@ def _forget_clients_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_clients_in_child)
 
 
-def _service_side() -> Any:
-    try:
-        from app.integrations import grading
-    except ImportError as exc:
-        raise ImportError(
-            "no grading service URL (give one, or set $SCALING_GRADER_URL), and in-process grading needs "
-            "the service package installed beside this one (pip install <repository root>)"
-        ) from exc
-    return grading
-
-
-async def _grade_in_process(labels: Sequence[Any], completions: Sequence[Any],
-                            overrides: dict[str, Any] | None, options: dict[str, Any]) -> list[GradeResult]:
-    results = await _service_side().grade_labelled_locally(labels, completions, overrides, **options)
-    return [GradeResult.from_json(r.model_dump(mode="json")) for r in results]
-
-
 def grade_labelled(labels: Sequence[Any], completions: Sequence[Any], url: str | None = None,
-                   settings_overrides: dict[str, Any] | None = None, client_options: ClientOptions = NO_OPTIONS,
-                   **options: Any) -> list[GradeResult]:
+                   client_options: ClientOptions = NO_OPTIONS, **options: Any) -> list[GradeResult]:
     """Grade (label, completion) pairs in order, blocking. ``options``: tolerance,
     all_or_nothing, partial_credit, judge ({model, base_url}); ``client_options``: how the
     service is reached (key, time-outs, headers)."""
@@ -93,33 +92,17 @@ def grade_labelled(labels: Sequence[Any], completions: Sequence[Any], url: str |
         raise ValueError(f"{len(labels)} labels for {len(completions)} completions")
     if not labels:
         return []
-    url = service_url(url)
-    if url:
-        return sync_client(url, client_options).grade_labelled(list(labels), list(completions), **options)
-    job = _grade_in_process(labels, completions, settings_overrides, options)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(job)
-    # Called from inside an event loop (a notebook, an async trainer): grade on a helper thread.
-    box: list[list[GradeResult]] = []
-    thread = threading.Thread(target=lambda: box.append(asyncio.run(job)))
-    thread.start()
-    thread.join()
-    return box[0]
+    client = sync_client(required_service_url(url), client_options)
+    return client.grade_labelled(list(labels), list(completions), **options)
 
 
 async def grade_labelled_async(labels: Sequence[Any], completions: Sequence[Any], url: str | None = None,
-                               settings_overrides: dict[str, Any] | None = None,
                                client: AsyncGraderClient | None = None,
                                client_options: ClientOptions = NO_OPTIONS, **options: Any) -> list[GradeResult]:
     if len(labels) != len(completions):
         raise ValueError(f"{len(labels)} labels for {len(completions)} completions")
     if not labels:
         return []
-    url = service_url(url)
-    if client is None and url:
-        client = async_client(url, client_options)
-    if client is not None:
-        return await client.grade_labelled(list(labels), list(completions), **options)
-    return await _grade_in_process(labels, completions, settings_overrides, options)
+    if client is None:
+        client = async_client(required_service_url(url), client_options)
+    return await client.grade_labelled(list(labels), list(completions), **options)

@@ -10,7 +10,7 @@ This module is also a reward function file for OpenRLHF (``--reward.remote_url``
 ``.py`` loads ``reward_func(queries, prompts, labels)`` from it, and its executor calls it on a
 thread per rollout): it posts to $SCALING_GRADER_URL with the bearer key in
 $SCALING_GRADER_API_KEY, waits as long as a 429's ``Retry-After`` asks and retries through service
-restarts for up to $SCALING_GRADER_DEADLINE seconds (60 by default), where OpenRLHF's own URL
+restarts for up to $SCALING_GRADER_DEADLINE seconds (120 by default), where OpenRLHF's own URL
 route tries five times a second apart and logs the URL, key included, when it gives up::
 
     --reward.remote_url "$(python -c 'import scaling_book.openrlhf as m; print(m.__file__)')"
@@ -44,7 +44,8 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **_: 
     if not url:
         raise RuntimeError("set SCALING_GRADER_URL to the grading service for the OpenRLHF reward function")
     body = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
-    return sync_client(url, options_from_env()).request("POST", REWARD_PATH, body)
+    answer: dict[str, Any] = sync_client(url, options_from_env()).request("POST", REWARD_PATH, body)
+    return answer
 
 
 def _seconds(name: str) -> float | None:

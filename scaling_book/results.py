@@ -55,7 +55,7 @@ def unscored(explanation: str, reason: str = "fault") -> GradeResult:
 
 
 class JudgeUnavailable(RuntimeError):
-    """Judge-graded items met a service (or in-process settings) without a usable judge."""
+    """Judge-graded items met a service without a usable judge."""
 
 
 def require_judges(results: list[GradeResult]) -> list[GradeResult]:

@@ -11,12 +11,10 @@ Arguments (the names users of the original ``scaling-book`` environment pass):
 - ``seed``: which tasks and in which order;
 - ``tolerance``: relative tolerance for numeric answers (the service's per-split default when unset);
 - ``judge_model``, ``judge_base_url``, ``judge_api_key_var``: the judge for judge-graded tasks.
-  ``judge_model`` is required when the selection holds any. Grading in-process, the base URL
-  defaults to $OPENAI_BASE_URL and the key is read from $OPENAI_API_KEY (when set) unless
-  ``judge_api_key_var`` names another variable; the judge is asked with a 256-token budget and
-  ``chat_template_kwargs.enable_thinking=false`` (the service's judge settings); a service
-  holds its own judge keys and allow-list, so only an explicitly given base URL is sent to it;
-- ``service_url``: the grading service (else $SCALING_GRADER_URL, else in-process);
+  ``judge_model`` is required when the selection holds any. The service holds its own judge keys
+  and allow-list, so only an explicitly given base URL is sent to it; ``judge_api_key_var`` is
+  accepted (users of the original environment pass it) but never sent;
+- ``service_url``: the grading service (else $SCALING_GRADER_URL; one of them is required);
 - ``service_api_key_var``: the variable holding the tenant's key (else $SCALING_GRADER_API_KEY: the
   key itself is never an argument, since verifiers saves every argument with its results);
   ``service_timeout`` (seconds per request), ``service_deadline`` (seconds for all of one
@@ -33,8 +31,6 @@ from scaling_book.client import ClientOptions
 from scaling_book.grading import grade_labelled_async, service_url
 from scaling_book.results import GradeResult
 from scaling_book.tasks import SYSTEM_PROMPT, chapter_list, public_tasks
-
-DEFAULT_JUDGE_KEY_VAR = "OPENAI_API_KEY"
 
 
 @dataclass
@@ -90,27 +86,17 @@ class Selection:
                              "(and judge_base_url), or select chapters or a split without judge items")
         return tasks
 
-    def _judge(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """(the request's judge option, in-process settings overrides)."""
+    def _judge(self) -> dict[str, Any] | None:
+        """The request's judge option: the model, and the base URL only when one was given."""
         if not self.judge_model:
-            return None, None
-        if self.url():
-            return {"model": self.judge_model, "base_url": self.judge_base_url}, None
-        base = self.judge_base_url or os.environ.get("OPENAI_BASE_URL") or None
-        from scaling_book.grading import _service_side
-
-        # $OPENAI_API_KEY when set; without it a keyless local judge (vLLM, SGLang) still works.
-        key_var = self.judge_api_key_var or (DEFAULT_JUDGE_KEY_VAR if os.environ.get(DEFAULT_JUDGE_KEY_VAR) else None)
-        overrides = _service_side().judge_settings(self.judge_model, base, key_var)
-        return {"model": self.judge_model, "base_url": base}, overrides
+            return None
+        return {k: v for k, v in (("model", self.judge_model), ("base_url", self.judge_base_url)) if v is not None}
 
     async def grade(self, label: Any, completion: Any) -> GradeResult:
-        judge, overrides = self._judge()
-        options: dict[str, Any] = {k: v for k, v in (("tolerance", self.tolerance), ("judge", judge)) if v is not None}
-        if judge is not None:
-            options["judge"] = {k: v for k, v in judge.items() if v is not None}
-        [result] = await grade_labelled_async([label], [completion], self.url(), overrides,
-                                              client_options=self.client_options(), **options)
+        options: dict[str, Any] = {k: v for k, v in (("tolerance", self.tolerance), ("judge", self._judge()))
+                                   if v is not None}
+        [result] = await grade_labelled_async([label], [completion], self.url(), client_options=self.client_options(),
+                                              **options)
         return result
 
 

@@ -1,5 +1,4 @@
-"""Public task views (never answers): from the service when a URL is known, else from the local
-banks of the service package installed beside this one."""
+"""Public task views (never answers), from the service's ``GET /v1/tasks``."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scaling_book.client import ClientOptions
-from scaling_book.grading import NO_OPTIONS, service_url, sync_client
+from scaling_book.grading import NO_OPTIONS, required_service_url, sync_client
 
 # Asks for the answer line the service's numeric grader reads.
 SYSTEM_PROMPT = (
@@ -30,20 +29,12 @@ def public_tasks(split: str, *, chapters: str | Sequence[str] | None = None, n: 
                  url: str | None = None, client_options: ClientOptions = NO_OPTIONS) -> list[dict[str, Any]]:
     """Public task views; ``n`` None means the whole (finite) split."""
     wanted = chapter_list(chapters)
-    url = service_url(url)
-    if url:
-        client = sync_client(url, client_options)
-        out: list[dict[str, Any]] = []
-        while n is None or len(out) < n:
-            want = PAGE if n is None else min(PAGE, n - len(out))
-            got = client.tasks(split, seed=seed, n=want, offset=len(out), chapters=wanted)
-            out.extend(got)
-            if len(got) < want:
-                break
-        return out
-    from scaling_book.grading import _service_side
-
-    _service_side()  # the clear error when the service package is missing
-    from app.integrations.tasks import local_public_tasks
-
-    return local_public_tasks(split, chapters=wanted, n=n, seed=seed)
+    client = sync_client(required_service_url(url), client_options)
+    out: list[dict[str, Any]] = []
+    while n is None or len(out) < n:
+        want = PAGE if n is None else min(PAGE, n - len(out))
+        got = client.tasks(split, seed=seed, n=want, offset=len(out), chapters=wanted)
+        out.extend(got)
+        if len(got) < want:
+            break
+    return out

@@ -35,7 +35,7 @@ def _rewards(results: Sequence[GradeResult]) -> list[float | None]:
 
 
 def _labels(kwargs: dict[str, Any], column: str, n: int) -> Sequence[Any]:
-    labels = kwargs.get(column)
+    labels: Sequence[Any] | None = kwargs.get(column)
     if labels is None:
         raise KeyError(f"the dataset has no {column!r} column: TRL passes it to reward functions by name")
     if len(labels) != n:
@@ -47,8 +47,8 @@ def make_reward_func(service_url: str | None = None, *, label_column: str = LABE
                      tolerance: float | None = None, judge: dict[str, str] | None = None,
                      name: str = "scaling_grader", api_key: str | None = None, timeout: float | None = None,
                      deadline: float | None = None, headers: dict[str, str] | None = None) -> RewardFunc:
-    """A TRL reward function grading through ``service_url`` (else $SCALING_GRADER_URL, else
-    in-process). ``name`` is what TRL logs the reward under."""
+    """A TRL reward function grading through ``service_url`` (else $SCALING_GRADER_URL).
+    ``name`` is what TRL logs the reward under."""
     client = ClientOptions.of(api_key, timeout, deadline, headers)
 
     def reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),

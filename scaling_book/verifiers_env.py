@@ -7,8 +7,8 @@ vf-eval imports the module named by the id (dashes to underscores: ``scaling_boo
 ``load_environment(**env_args)``; its env server workers rebuild the environment the same way
 from ``env.env_id`` and ``env.env_args``, so both carry every argument given here.
 
-The rubric's one reward grades through the service when ``service_url`` (or
-$SCALING_GRADER_URL) is set, else in this process (the service package installed beside). The
+The rubric's one reward grades through the service at ``service_url`` (else
+$SCALING_GRADER_URL). The
 dataset carries public task views only, with the task id as the ``answer``. verifiers wants a
 float from every reward function, so an unscored grade scores 0.0 and the ``scored`` metric
 (weight 0) marks it."""

@@ -10,9 +10,12 @@ server rebuilds the environment from. The package also exports a ``Harness``: a 
 (one model reply, no tools), which verifiers then uses by default for this taskset.
 
 Each task's reward grades the final reply through the service (``service_url`` or
-$SCALING_GRADER_URL) or in-process; the ``scored`` metric says whether the grade can be trusted
+$SCALING_GRADER_URL); the ``scored`` metric says whether the grade can be trusted
 (an unscored grade rewards 0.0). Arguments are those of ``scaling_book.selection``."""
 
+# Type-checked beside verifiers 0.3 (the .venv's), which has no verifiers.v1: mypy sees its base
+# classes and decorators as Any, so they are taken as they come.
+# mypy: allow-subclassing-any, allow-untyped-decorators
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -62,7 +65,14 @@ class ScalingBookTask(vf.Task[ScalingBookData]):
 
     @property
     def key(self) -> str:
-        return self.data.task_id  # stable across runs, unlike the content hash of data with an idx
+        return str(self.data.task_id)  # stable across runs, unlike the content hash of data with an idx
+
+    async def score(self, trace: Any, runtime: Any = None) -> None:
+        # The verdict is kept in trace.info so that the metric and the reward share one grade; a
+        # verdict already there is an earlier scoring's (vf-replay re-scores saved traces): every
+        # scoring grades the reply again instead of repeating it.
+        trace.info.pop(RESULT_KEY, None)
+        await super().score(trace, runtime)
 
     async def _result(self, trace: Any) -> GradeResult:
         stored = trace.info.get(RESULT_KEY)

@@ -22,8 +22,8 @@ when a reward model router runs: keywords not used here are accepted and ignored
 
 ``ground_truth`` (the dataset's ``reward_model.ground_truth``) is a task id, a quantity, or a JSON
 reference. The service is ``reward_kwargs["scaling_grader_url"]``, else
-``extra_info["scaling_grader_url"]``, else $SCALING_GRADER_URL; with none, grading runs in the
-trainer's process. How it is reached comes from ``reward_kwargs`` too: ``api_key`` (else
+``extra_info["scaling_grader_url"]``, else $SCALING_GRADER_URL (one of them is required). How it
+is reached comes from ``reward_kwargs`` too: ``api_key`` (else
 $SCALING_GRADER_API_KEY, the way to keep it out of verl's printed config), ``timeout``,
 ``deadline`` (seconds for all of one request's retries) and ``headers``. verl stores every key of
 the returned dicts as a per-sample column, so the keys and their types are the same for every

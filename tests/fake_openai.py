@@ -40,6 +40,10 @@ any constrained form), they answer with the bare verdict. ``judge-adv-chatty-for
 
     anything else               404 model not found
 
+A request with ``"stream": true`` gets its answer as server-sent events (chat.completion.chunk
+deltas, usage when ``stream_options.include_usage`` asks for it, then ``[DONE]``), as clients
+that only stream (verifiers 0.4's agents) expect.
+
 Every request is recorded (path, headers, JSON body) so tests can assert exactly what was sent."""
 
 from __future__ import annotations
@@ -157,7 +161,24 @@ class FakeOpenAI:
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._send(404, {"error": {"message": "not found", "type": "not_found"}})
                 status, payload, headers = fake.respond(body)
+                if status == 200 and body.get("stream") is True:
+                    return self._stream(payload, bool((body.get("stream_options") or {}).get("include_usage")))
                 self._send(status, payload, headers)
+
+            def _stream(self, completion: dict[str, Any], include_usage: bool) -> None:
+                # Server-sent events in HTTP/1.1 chunks, as the OpenAI API streams a completion:
+                # the message as deltas, a chunk with the finish reason, the usage if asked, [DONE].
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for chunk in _stream_chunks(completion, include_usage):
+                        event = f"data: {chunk}\n\n".encode()
+                        self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def _send(self, status: int, payload: dict[str, Any],
                       headers: dict[str, str] | None = None) -> None:
@@ -321,6 +342,25 @@ def _completion(model: str, content: str | None) -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
+
+
+def _stream_chunks(completion: dict[str, Any], include_usage: bool) -> list[str]:
+    """A completion as the data lines of a streamed one: role, content in a few pieces, finish."""
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        return json.dumps({"id": completion["id"], "object": "chat.completion.chunk", "created": 0,
+                           "model": completion["model"], "choices": choices, **extra})
+
+    choice = completion["choices"][0]
+    content = choice["message"].get("content") or ""
+    pieces = [content[i:i + 16] for i in range(0, len(content), 16)]
+    out = [chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])]
+    out += [chunk([{"index": 0, "delta": {"content": piece}, "finish_reason": None}]) for piece in pieces]
+    out.append(chunk([{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason", "stop")}]))
+    if include_usage:
+        out.append(chunk([], usage=completion.get("usage")))
+    out.append("[DONE]")
+    return out
 
 
 def _schema_answer(body: dict[str, Any], verdict: bool) -> str:

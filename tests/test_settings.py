@@ -12,11 +12,11 @@ from pydantic import ValidationError
 from app.settings import (
     CLIENT_VARIABLES,
     Settings,
-    Tolerances,
     UnknownSettingError,
     check_environment,
     unknown_variables,
 )
+from app.tasks.splits import UnknownSplit, split_spec, tolerance_for
 
 
 def test_every_real_setting_is_known() -> None:
@@ -66,13 +66,21 @@ def test_the_service_refuses_to_start_and_names_the_variable() -> None:
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("split", ["impl", "", "nonsense", "synthetics"])
+@pytest.mark.parametrize("split", ["", "nonsense", "synthetics"])
 def test_unknown_split_has_no_tolerance_fallback(split: str) -> None:
-    with pytest.raises(KeyError):
-        Settings().tolerance_for(split)
+    with pytest.raises(UnknownSplit):
+        tolerance_for(split, Settings())
 
 
-@pytest.mark.parametrize("split", ["synthetic", "book", "exam", "tasks"])
+@pytest.mark.parametrize("split", ["synthetic", "book", "exam", "tasks", "impl"])
 def test_known_splits_have_their_own_tolerance(split: str) -> None:
-    name = "rows" if split == "tasks" else split
-    assert Settings().tolerance_for(split) == getattr(Tolerances(), name)
+    spec = split_spec(split)
+    assert tolerance_for(split, Settings()) == spec.tolerance
+
+
+@pytest.mark.parametrize(("split", "variable"), [("synthetic", "SYNTHETIC"), ("book", "BOOK"), ("exam", "EXAM"),
+                                                 ("tasks", "ROWS")])
+def test_the_tolerance_variables_still_override_a_split(split: str, variable: str, monkeypatch) -> None:
+    monkeypatch.setenv(f"SCALING_GRADER_TOLERANCES__{variable}", "0.125")
+    check_environment()
+    assert tolerance_for(split, Settings()) == 0.125 != split_spec(split).tolerance

@@ -34,6 +34,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
 
+from app.graders.kinds import queue_names
 from app.jobs import keys, leases, presence, worker_health
 from app.jobs.case_secret import restore_known_secret, with_deployment_secret
 from app.jobs.leases import Lease, new_token
@@ -44,7 +45,7 @@ from app.settings import Settings, get_settings
 from worker.deadline import JobDeadline
 
 log = logging.getLogger(__name__)
-QUEUES = ("impl", "judge")
+QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 _BEAT_MARGIN_SECONDS = 10.0
 
 

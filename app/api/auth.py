@@ -4,8 +4,11 @@ probe them; without a tenants file every request is the local user's.
 
 Browsers cannot add a bearer header, so the key is also accepted as the password of HTTP Basic
 credentials (any user name); pages people open (the status page, the docs) challenge for them,
-the browser asks once and then sends them with every request of the page. The key never goes
-into a URL, where it would reach histories and proxy logs."""
+the browser asks once and then sends them with every request of the page. A tenant's API key
+never goes into a URL, where it would reach histories and proxy logs. The one key that does is a
+reward key (``/get_reward/<reward key>``), because OpenRLHF can send no header: it is a key of its
+own, good only on that route, and the service takes it out of the path before routing, logging or
+metrics see it (OpenRLHF's own log still holds its URL: docs/trainers.md)."""
 
 from __future__ import annotations
 

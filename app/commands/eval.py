@@ -18,6 +18,7 @@ from pathlib import Path
 from app.graders.judge import judge_problem
 from app.graders.options import GradeOptions, JudgeSpec
 from app.integrations.grading import judge_settings
+from app.integrations.tasks import local_public_tasks
 from app.settings import Settings
 from app.tasks.base import UnknownTask
 from app.tasks.registry import UnknownSplit
@@ -83,9 +84,11 @@ def run(args: argparse.Namespace) -> int:
     if args.num_tasks < 0 or args.rollouts < 1 or args.concurrency < 1:
         print("-n must be >= 0 (0: the whole split), -r and -c positive", file=sys.stderr)
         return 2
+    chapters, n = chapter_list(args.chapters), args.num_tasks or None
     try:
-        tasks = public_tasks(args.split, chapters=chapter_list(args.chapters), n=args.num_tasks or None,
-                             seed=args.seed, url=args.service_url)
+        # Through a service, its banks; else this process's own (the trainer package talks HTTP only).
+        tasks = (public_tasks(args.split, chapters=chapters, n=n, seed=args.seed, url=args.service_url)
+                 if args.service_url else local_public_tasks(args.split, chapters=chapters, n=n, seed=args.seed))
     except (UnknownSplit, UnknownTask):
         print(f"unknown split {args.split!r}", file=sys.stderr)
         return 2

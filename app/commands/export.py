@@ -22,6 +22,7 @@ from app.commands import bank_or_complain
 from app.settings import get_settings
 from app.tasks.base import parse_chapters
 from app.tasks.registry import get_bank
+from app.tasks.splits import tolerance_for
 from app.tasks.tasks.export import ExportUnavailable, export
 
 DEFAULT_GENERATED = 1000  # tasks written for an unlimited (generated) split unless -n says otherwise
@@ -57,7 +58,7 @@ def public_rows(split: str, *, n: int | None, seed: int, chapters: list[str] | N
     bank = get_bank(split, settings)
     count = n if n is not None else (bank.size() or DEFAULT_GENERATED)
     # task_id repeats id under the name TRL reward functions read by default (scaling_book.trl).
-    return [{**task.public(), "task_id": task.id, "tolerance": task.tolerance or settings.tolerance_for(task.split)}
+    return [{**task.public(), "task_id": task.id, "tolerance": task.tolerance or tolerance_for(task.split, settings)}
             for task in bank.batch(seed=seed, n=count, chapters=chapters)]
 
 

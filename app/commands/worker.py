@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from app.graders.kinds import queue_names
 from app.settings import get_settings
 from worker.main import run as run_worker
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("worker", help="run an RQ worker (needs SCALING_GRADER_REDIS_URL)")
-    p.add_argument("--queues", default="impl,judge", help="comma-separated queues to serve")
+    p.add_argument("--queues", help="comma-separated queues to serve (default: every queued grading kind's)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     p.add_argument("--name", help="worker name (default: random); lanes after the first add -2, -3, ...")
     p.add_argument("--jobs", type=int, help="jobs run at once, each in a lane of its own (default: "
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    queues = tuple(q for q in args.queues.split(",") if q)
+    queues = tuple(q for q in args.queues.split(",") if q) if args.queues else queue_names()
     if args.jobs is not None and args.jobs < 0:
         raise SystemExit("--jobs must be 0 (one per core) or more")
     settings = get_settings()

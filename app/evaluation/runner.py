@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import ApiError
 from app.evaluation.progress import Progress
-from app.integrations.grading import judge_settings
+from app.integrations.grading import grade_labelled_locally, judge_settings
 from scaling_book.client import AsyncGraderClient, GraderError
-from scaling_book.grading import grade_labelled_async
+from scaling_book.results import GradeResult
 from scaling_book.tasks import SYSTEM_PROMPT
 
 if TYPE_CHECKING:
@@ -42,6 +42,18 @@ class EvalConfig:
     # decides by its own tenant setting).
     reveal_expected: bool = False
     system_prompt: str = SYSTEM_PROMPT
+
+
+async def _grade_one(config: EvalConfig, grader: AsyncGraderClient | None, overrides: dict[str, Any] | None,
+                     task_id: str, completion: str, judge: dict[str, Any] | None) -> GradeResult:
+    """Through the service when there is one, else with this process's own GradingService (the
+    operator's side: the trainer package only ever talks HTTP)."""
+    if grader is not None:
+        [result] = await grader.grade_labelled([task_id], [completion], tolerance=config.tolerance, judge=judge)
+        return result
+    [local] = await grade_labelled_locally([task_id], [completion], overrides, tolerance=config.tolerance,
+                                           judge=judge)
+    return GradeResult.from_json(local.model_dump(mode="json"))
 
 
 def _usage(response: Any) -> dict[str, int]:
@@ -92,9 +104,7 @@ async def run_rollouts(config: EvalConfig, tasks: list[dict[str, Any]], progress
         record["sample_seconds"] = round(time.perf_counter() - start, 4)
         if record["sampling_error"] is None:
             try:
-                [result] = await grade_labelled_async([task["id"]], [record["completion"]], config.service_url,
-                                                      overrides, client=grader, tolerance=config.tolerance,
-                                                      judge=judge)
+                result = await _grade_one(config, grader, overrides, task["id"], record["completion"], judge)
             except (ApiError, GraderError) as refused:
                 # A refused grade (no judge, a completion over the size limit) is this rollout's
                 # unscored fault; it must not discard every other rollout sampled so far.

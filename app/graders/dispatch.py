@@ -1,13 +1,12 @@
-"""Route a task to the grader for its kind. Each grader is a pure function
-``grade(task, completion, options, settings) -> GradeResult``; this module only chooses one and
-turns an unexpected exception into an unscored ``error`` outcome, never a reward."""
+"""Route a task to the grader its kind registered (app/graders/kinds.py). Each grader is a pure
+function ``grade(task, completion, options, settings) -> GradeResult``; this module only chooses one
+and turns an unexpected exception into an unscored ``error`` outcome, never a reward."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from app.graders import impl, judge, numeric, rows
+from app.graders.kinds import GraderFn, grader_spec
 from app.graders.options import GradeOptions
 from app.graders.result import GradeResult, Outcome
 from app.settings import Settings
@@ -16,20 +15,9 @@ from app.tasks.base import Task
 log = logging.getLogger(__name__)
 
 
-GraderFn = Callable[[Task, str, GradeOptions, Settings], GradeResult]
-GRADERS: dict[str, GraderFn] = {
-    "numeric": numeric.grade_task,
-    "rows": rows.grade_task,
-    "judge": judge.grade_task,
-    "impl": impl.grade_task,
-}
-
-
 def grader_for(kind: str) -> GraderFn:
-    try:
-        return GRADERS[kind]
-    except KeyError:
-        raise LookupError(f"no grader for kind {kind!r}") from None
+    """LookupError for a kind no GraderSpec registered."""
+    return grader_spec(kind).grade
 
 
 def grade(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:

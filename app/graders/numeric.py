@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from app.graders.extract import extract_answer
 from app.graders.result import GradeResult, Outcome, ValueVerdict
 from app.quantities import Quantity, find_quantities, parse_quantity
+from app.tasks.splits import tolerance_for
 
 if TYPE_CHECKING:
     from app.graders.options import GradeOptions
@@ -103,7 +104,7 @@ def grade_numeric(gold: Sequence[str | float], completion: str, *, tolerance: fl
 
 
 def grade_task(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:
-    tolerance = options.tolerance or task.tolerance or settings.tolerance_for(task.split)
+    tolerance = options.tolerance or task.tolerance or tolerance_for(task.split, settings)
     result = grade_numeric(task.gold, completion, tolerance=tolerance)
     # A task may accept more than one key (the book's printed figure beside the computed one),
     # each at the same tolerance: the reward is earned if any of them matches in full.

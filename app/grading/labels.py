@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from app.errors import JobPending
 from app.graders.result import GradeResult, Outcome
 from app.grading.models import GradeRequest
-from app.tasks.registry import SPLIT_LOADERS
+from app.tasks.splits import is_split, split_names
 
 
 class LabelError(ValueError):
@@ -67,7 +67,7 @@ def _check_label_size(value: Any) -> None:
 
 
 def _is_task_id(text: str) -> bool:
-    return text.partition("/")[0] in SPLIT_LOADERS
+    return is_split(text.partition("/")[0])
 
 
 def target_from_label(label: Any) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def target_from_label(label: Any) -> dict[str, Any]:
                 return {"task_id": f"tasks/{text}"}
             if _ID_SHAPED.fullmatch(text) and not _is_task_id(text):
                 raise LabelError(f"label {text[:60]!r} looks like a task id, but {text.partition('/')[0][:30]!r} is "
-                                 f"not a split ({', '.join(sorted(SPLIT_LOADERS))})")
+                                 f"not a split ({', '.join(sorted(split_names()))})")
             return {"task_id": text} if _is_task_id(text) else {"reference": {"values": [text]}}
         try:
             value = json.loads(text)

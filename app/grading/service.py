@@ -14,6 +14,7 @@ from typing import Any
 from app.errors import ApiError, JobPending, QueueUnavailable
 from app.graders import dispatch
 from app.graders.judge import JudgeUnavailable, normalise_base_url, require_judge_for
+from app.graders.kinds import is_inline, queue_of
 from app.graders.options import JudgeSpec
 from app.graders.result import GradeResult, Outcome, shown_result
 from app.grading.budgets import GradeBudgets
@@ -24,8 +25,9 @@ from app.jobs.base import ClaimResult, JobBackend, JobView, QueuedGrading, body_
 from app.jobs.embedded import EmbeddedJobs
 from app.observability import record_grade
 from app.settings import Settings
-from app.tasks.base import INLINE_KINDS, Task, UnknownTask
+from app.tasks.base import Task, UnknownTask
 from app.tasks.registry import resolve_task
+from app.tasks.splits import is_held_out
 from app.tenants import LOCAL_TENANT, Tenant
 
 # Inline items of a batch graded per trip to a worker thread: at most this many, and no more
@@ -154,7 +156,7 @@ class GradingService:
         return self._budgets
 
     def held_out(self, task: Task) -> bool:
-        return bool(task.id) and task.split in self.settings.held_out.splits
+        return bool(task.id) and is_held_out(task.split, self.settings)
 
     async def charge(self, tasks: Sequence[Task], tenant: Tenant) -> None:
         """Spend the tenant's grades on held-out items, all or nothing (a 429 past the budget)."""
@@ -230,7 +232,7 @@ class GradingService:
         held-out split no verdict finer than pass or fail."""
         reveal = tenant.reveals_expected(self.settings.reveal_expected)
         result = shown_result(result, reveal)
-        if not reveal and result.task_id is not None and result.split in self.settings.held_out.splits:
+        if not reveal and result.task_id is not None and is_held_out(result.split or "", self.settings):
             result = held_out_view(result)
         return result
 
@@ -290,7 +292,8 @@ class GradingService:
                 result.job_id = claim.job_id
                 await self.jobs.store(tenant.name, claim.job_id, result)
                 return result
-            work = QueuedGrading(kind=task.grading, run=lambda: self.grade_now(task, text, request, tenant.name),
+            work = QueuedGrading(queue=queue_of(task.grading),
+                                 run=lambda: self.grade_now(task, text, request, tenant.name),
                                  payload=lambda: job_payload(request, tenant.name))
             await self.jobs.enqueue(tenant.name, claim.job_id, work, cap)
         wait = self.settings.queue.default_wait if request.wait is None else request.wait
@@ -305,7 +308,7 @@ class GradingService:
     def _inline(self, task: Task, text: str) -> bool:
         """Graded in the request, never queued: the inline kinds, and an over-long completion
         (scored 0 at once as too_long, whatever its kind)."""
-        return task.grading in INLINE_KINDS or self.too_long(text)
+        return is_inline(task.grading) or self.too_long(text)
 
     async def grade_off_loop(self, task: Task, text: str, request: GradeRequest,
                              tenant: str | None = None) -> GradeResult:

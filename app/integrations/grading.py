@@ -1,6 +1,6 @@
 """Grading trainer labels with the service's own ``GradingService``: for the label endpoints
-(``/get_reward``, ``/v1/grade/labelled``) and for in-process grading by the trainer package
-(``scaling_book``, when it has no service URL), so that both give the same reward for the same item.
+(``/get_reward``, ``/v1/grade/labelled``) and for the eval command's in-process grading (when it
+has no ``--service-url``), so that both give the same reward for the same item.
 
 Lenient on purpose: a trainer cannot drop one item from its batch, so an unreadable label or a
 judge item without a usable judge becomes that item's unscored result, with the reason."""

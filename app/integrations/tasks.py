@@ -1,5 +1,5 @@
-"""Public task views from the local banks, for the trainer package's in-process mode and the
-evaluation command (a service answers the same through GET /v1/tasks)."""
+"""Public task views from the local banks, for the evaluation command when it grades in-process
+(a service answers the same through GET /v1/tasks)."""
 
 from __future__ import annotations
 

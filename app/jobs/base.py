@@ -69,7 +69,7 @@ class QueuedGrading:
     calls ``run``; a backend with remote workers sends ``payload()`` (JSON-safe) to its job
     function."""
 
-    kind: str  # the queue: "judge" or "impl"
+    queue: str  # the queue of its kind (app/graders/kinds.py)
     run: Callable[[], GradeResult]
     payload: Callable[[], dict[str, Any]]
 

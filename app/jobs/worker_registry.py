@@ -15,10 +15,9 @@ from rq.exceptions import NoSuchJobError
 from rq.serializers import JSONSerializer
 from rq.worker import BaseWorker
 
+from app.graders.kinds import queue_names
+
 TIER_FIELD = "sandbox_tier"
-# The queued grading kinds, which are the queue names. Only these: a Redis shared with other
-# applications may hold queues of theirs.
-QUEUED_KINDS = ("impl", "judge")
 
 
 def record_sandbox_tier(connection: redis.Redis, worker_key: str, tier: str) -> None:
@@ -68,7 +67,7 @@ def queue_depths(connection: redis.Redis) -> dict[str, dict[str, Any]]:
     """Queue name -> jobs waiting, running, and failed (still kept for inspection), and how long
     the job at the head of the queue has waited (seconds; None when the queue is empty)."""
     depths = {}
-    for name in QUEUED_KINDS:
+    for name in queue_names():  # ours only: a shared Redis may hold other applications' queues
         queue = Queue(name, connection=connection, serializer=JSONSerializer)
         depths[name] = {"queued": queue.count, "started": queue.started_job_registry.count,
                         "failed": queue.failed_job_registry.count, "oldest_seconds": _head_age(queue)}

@@ -5,12 +5,11 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-GradingKind = Literal["numeric", "judge", "impl", "rows"]
-# Kinds graded inside the API request; the others go through the queue (or a thread in
-# embedded mode) because they call out to a judge or run candidate code.
-INLINE_KINDS: frozenset[str] = frozenset({"numeric", "rows"})
+# The kind of a registered GraderSpec (app/graders/kinds.py), which also says whether it is graded
+# inline or queued. Not listed here: the graders import the tasks, and a new kind is one registration.
+GradingKind = str
 
 
 def parse_chapters(chapters: str | Sequence[str] | None) -> list[str] | None:

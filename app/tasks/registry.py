@@ -1,81 +1,44 @@
-"""Which splits exist and how each is loaded. A bank is loaded on first use and kept: loading
-the book split means fetching and parsing the source, which must not happen per request."""
+"""The banks of the registered splits (app/tasks/splits.py), each loaded on first use and kept:
+loading the book split means fetching and parsing the source, which must not happen per request.
+
+A bank is kept per value of the settings its spec says it reads, so a process (or a test) that
+grades under other settings gets the bank those settings make, never the first one loaded."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from typing import Any
 
 from app.settings import Settings
 from app.tasks.base import Bank, Task, UnknownTask
+from app.tasks.splits import UnknownSplit, split_names, split_spec
 
-# Each split's bank module is imported when the split is first used, not with the registry: the
-# book and exam banks bring the book source's HTTP client and their parsers, which a process
-# serving only synthetic tasks never needs.
+__all__ = ["UnknownSplit", "get_bank", "resolve_task", "split_names", "split_of"]
 
+# Banks kept per split: one per settings value in use. A process has one; tests switch between a
+# few. Past this the oldest goes (it is rebuilt if asked for again).
+BANKS_PER_SPLIT = 4
 
-def _synthetic(settings: Settings) -> Bank:
-    from app.tasks.synthetic.bank import load_bank  # first use only (see above)
-
-    return load_bank(settings)
-
-
-def _book(settings: Settings) -> Bank:
-    from app.tasks.book.bank import load_bank  # first use only (see above)
-
-    return load_bank(settings)
-
-
-def _tasks(settings: Settings) -> Bank:
-    from app.tasks.tasks.bank import load_bank  # first use only (see above)
-
-    return load_bank(settings)
-
-
-def _exam(settings: Settings) -> Bank:
-    from app.tasks.exam.bank import load_bank  # first use only (see above)
-
-    return load_bank(settings)
-
-
-def _impl(settings: Settings) -> Bank:
-    from app.tasks.impl.bank import load_bank  # first use only (see above)
-
-    return load_bank(settings)
-
-
-# split name -> its bank loader
-SPLIT_LOADERS: dict[str, Callable[[Settings], Bank]] = {
-    "synthetic": _synthetic,
-    "book": _book,
-    "tasks": _tasks,
-    "exam": _exam,
-    "impl": _impl,
-}
-
-
-class UnknownSplit(LookupError):
-    pass
-
-
-_banks: dict[str, Bank] = {}
+_banks: dict[tuple[str, tuple[Any, ...]], Bank] = {}
 _lock = threading.Lock()
 
 
-def split_names() -> list[str]:
-    return list(SPLIT_LOADERS)
-
-
 def get_bank(split: str, settings: Settings) -> Bank:
-    if split not in SPLIT_LOADERS:
-        raise UnknownSplit(split)
-    bank = _banks.get(split)
+    """The split's bank for these settings; UnknownSplit if no split has this name."""
+    spec = split_spec(split)
+    key = (split, spec.settings_key(settings))
+    bank = _banks.get(key)
     if bank is not None:
         return bank
-    with _lock:
-        if split not in _banks:
-            _banks[split] = SPLIT_LOADERS[split](settings)
-        return _banks[split]
+    with _lock:  # one load per key, however many requests ask at once
+        bank = _banks.get(key)
+        if bank is None:
+            bank = spec.load(settings)
+            kept = [k for k in _banks if k[0] == split]
+            for old in kept[: max(0, len(kept) - BANKS_PER_SPLIT + 1)]:
+                del _banks[old]
+            _banks[key] = bank
+        return bank
 
 
 def split_of(task_id: str) -> str:

@@ -208,12 +208,12 @@ def test_eval_report_keeps_expected_values_only_when_revealed(tmp_path) -> None:
     import subprocess
     import sys
 
-    from scaling_book.tasks import public_tasks
+    from app.integrations.tasks import local_public_tasks
     from tests.support.oracle import wrong
     from tests.support.policy import PolicyFake
     from tests.support.server import ROOT
 
-    tasks = public_tasks("synthetic", chapters=None, n=2, seed=5, url=None)
+    tasks = local_public_tasks("synthetic", chapters=None, n=2, seed=5)
     fake = PolicyFake({t["prompt"]: wrong(t["id"]) for t in tasks}).start()
     try:
         records = {}

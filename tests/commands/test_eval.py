@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from scaling_book.tasks import SYSTEM_PROMPT, public_tasks
+from app.integrations.tasks import local_public_tasks
+from scaling_book.tasks import SYSTEM_PROMPT
 from tests.support.oracle import right, wrong
 from tests.support.policy import PolicyFake
 from tests.support.server import ROOT
@@ -26,7 +27,7 @@ SEED, N, R = 41, 8, 2
 
 @pytest.fixture(scope="module")
 def tasks() -> list[dict]:
-    return public_tasks("synthetic", chapters=None, n=N, seed=SEED, url=None)
+    return local_public_tasks("synthetic", chapters=None, n=N, seed=SEED)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def test_bad_arguments_are_refused_briefly(tmp_path: Path, policy: PolicyFake, a
 
 
 def test_exam_split_with_a_judge_reports_by_grading_kind(tmp_path: Path) -> None:
-    exam = public_tasks("exam", chapters=["roofline"], n=None, seed=0, url=None)
+    exam = local_public_tasks("exam", chapters=["roofline"], n=None, seed=0)
     kinds = {t["grading"] for t in exam}
     assert kinds == {"numeric", "judge"}
     # Numeric items answered from the bank's reference values; judge items with prose the
@@ -153,7 +154,7 @@ def test_exam_split_with_a_judge_reports_by_grading_kind(tmp_path: Path) -> None
 
 
 def _roofline_exam() -> tuple[list[dict], dict[str, str]]:
-    exam = public_tasks("exam", chapters=["roofline"], n=None, seed=0, url=None)
+    exam = local_public_tasks("exam", chapters=["roofline"], n=None, seed=0)
     answers = {t["prompt"]: right(t["id"]) if t["grading"] == "numeric" else "It is memory-bound." for t in exam}
     return exam, answers
 

@@ -72,7 +72,7 @@ def test_unfinished_jobs_are_never_evicted() -> None:
         release.wait(30)
         return result()
 
-    work = QueuedGrading(kind="judge", run=slow, payload=dict)
+    work = QueuedGrading(queue="judge", run=slow, payload=dict)
 
     async def run() -> bool:
         first = await store.claim("t", "running", "digest")

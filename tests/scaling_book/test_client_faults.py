@@ -84,7 +84,7 @@ def test_a_garbled_reply_is_retried_not_raised_as_a_json_error(server_url: str) 
 def test_a_reply_that_stays_garbled_is_a_grader_error_after_the_deadline(server_url: str) -> None:
     items, _ = _items(1, seed=72)
     with garbling_proxy(server_url, garble=10**6) as (url, seen), \
-            GraderClient(url, retry=RetryPolicy(backoff=0.01, max_backoff=0.02, deadline=0.5)) as client, \
+            GraderClient(url, retry=RetryPolicy(backoff=0.01, max_backoff=0.02, deadline=5.0)) as client, \
             pytest.raises(GraderError) as err:
         client.rewards(items)
     assert err.value.status is None and err.value.error == "CorruptReply"

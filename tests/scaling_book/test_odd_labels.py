@@ -4,8 +4,9 @@ parses as a count of one "nonsense") and graded as a trusted verdict."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
+from app.integrations.grading import grade_labelled_locally
 from scaling_book.grading import grade_labelled
 from scaling_book.trl import make_reward_func
 from scaling_book.verl import compute_score
@@ -14,17 +15,22 @@ from tests.support.oracle import right, synthetic_tasks
 ODD = ["nonsense/1", "synthtic/3/17", "Exam/roofline/001", "bytes/s", "tasks_v2/sc-001"]
 
 
-@pytest.mark.parametrize("where", ["service", "in-process"])
-def test_id_shaped_labels_of_no_split_are_bad_labels(server_url: str, where: str) -> None:
-    url = server_url if where == "service" else None
+def test_id_shaped_labels_of_no_split_are_bad_labels(server_url: str) -> None:
     # "Final answer: 1" is what would have matched "nonsense/1" read as a count
-    results = grade_labelled(ODD, ["Final answer: 1"] * len(ODD), url)
+    results = grade_labelled(ODD, ["Final answer: 1"] * len(ODD), server_url)
     for label, result in zip(ODD, results, strict=True):
         assert not result.scored and result.details.get("unscored") == "bad_label", label
         assert "not a split" in result.explanation
-    assert make_reward_func(url)(completions=["Final answer: 1"] * len(ODD), task_id=ODD) == [None] * len(ODD)
-    verl = compute_score("x", "Final answer: 1", "nonsense/1", {"scaling_grader_url": url} if url else None)
+    assert make_reward_func(server_url)(completions=["Final answer: 1"] * len(ODD), task_id=ODD) == [None] * len(ODD)
+    verl = compute_score("x", "Final answer: 1", "nonsense/1", {"scaling_grader_url": server_url})
     assert verl["score"] == 0.0 and verl["scored"] is False
+
+
+def test_the_eval_commands_in_process_grading_reads_them_as_bad_labels_too() -> None:
+    results = asyncio.run(grade_labelled_locally(ODD, ["Final answer: 1"] * len(ODD)))
+    for label, result in zip(ODD, results, strict=True):
+        assert not result.scored and result.details.get("unscored") == "bad_label", label
+        assert "not a split" in (result.explanation or "")
 
 
 def test_real_ids_and_quantities_are_still_graded(server_url: str) -> None:

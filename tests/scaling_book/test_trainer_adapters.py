@@ -1,5 +1,6 @@
-"""verl's compute_score and TRL reward functions, through a real server and in-process: the
-shapes the trainers consume, and the same rewards either way."""
+"""verl's compute_score and TRL reward functions through a real server, its URL given as an
+argument or read from $SCALING_GRADER_URL: the shapes the trainers consume, the same rewards either
+way, and a clear error (never a silent zero) with neither."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 
 import pytest
 
+from scaling_book.grading import NoServiceURL
 from scaling_book.trl import make_async_reward_func, make_reward_func
 from scaling_book.verl import compute_score, compute_score_batch
 from tests.support.flaky import Script, flaky_proxy
@@ -22,10 +24,19 @@ def _ground_truths(task_id: str) -> list[object]:
     return [task_id, json.dumps({"values": values}), {"values": values}, values, json.dumps({"task_id": task_id})]
 
 
-@pytest.mark.parametrize("where", ["service", "in-process"])
-def test_verl_compute_score_rewards_right_and_wrong(server_url: str, where: str, monkeypatch) -> None:
+def _url_given(where: str, server_url: str, monkeypatch) -> str | None:
+    """The URL to pass as an argument: the server's, or None with the server in the environment."""
     monkeypatch.delenv("SCALING_GRADER_URL", raising=False)
-    extra = {"scaling_grader_url": server_url} if where == "service" else None
+    if where == "environment":
+        monkeypatch.setenv("SCALING_GRADER_URL", server_url)
+        return None
+    return server_url
+
+
+@pytest.mark.parametrize("where", ["argument", "environment"])
+def test_verl_compute_score_rewards_right_and_wrong(server_url: str, where: str, monkeypatch) -> None:
+    url = _url_given(where, server_url, monkeypatch)
+    extra = {"scaling_grader_url": url} if url else None
     for task in synthetic_tasks(4, seed=31):
         for truth in _ground_truths(task.id):
             good = compute_score("scaling-grader/synthetic", right(task.id), truth, extra)
@@ -61,12 +72,11 @@ def _trl_batch(seed: int) -> tuple[list[str], list, list, list[float]]:
     return prompts, plain, [t.id for t in tasks], expected
 
 
-@pytest.mark.parametrize("where", ["service", "in-process"])
+@pytest.mark.parametrize("where", ["argument", "environment"])
 def test_trl_reward_function_for_plain_and_conversational_completions(server_url: str, where: str,
                                                                       monkeypatch) -> None:
-    monkeypatch.delenv("SCALING_GRADER_URL", raising=False)
     prompts, completions, ids, expected = _trl_batch(seed=34)
-    reward = make_reward_func(server_url if where == "service" else None)
+    reward = make_reward_func(_url_given(where, server_url, monkeypatch))
     assert reward.__name__ == "scaling_grader"
     assert reward(prompts=prompts, completions=completions, task_id=ids, completion_ids=None) == expected
     conversational = [[{"role": "assistant", "content": c}] for c in completions]
@@ -85,13 +95,27 @@ def test_trl_unscored_items_are_none_and_labels_may_be_references(server_url: st
         make_reward_func(server_url)(prompts=prompts, completions=completions, reference=labels)
 
 
-@pytest.mark.parametrize("where", ["service", "in-process"])
+@pytest.mark.parametrize("where", ["argument", "environment"])
 def test_trl_async_reward_function_matches_the_sync_one(server_url: str, where: str, monkeypatch) -> None:
-    monkeypatch.delenv("SCALING_GRADER_URL", raising=False)
     prompts, completions, ids, expected = _trl_batch(seed=36)
-    url = server_url if where == "service" else None
-    reward = make_async_reward_func(url)
+    reward = make_async_reward_func(_url_given(where, server_url, monkeypatch))
     assert asyncio.run(reward(prompts=prompts, completions=completions, task_id=ids)) == expected
+
+
+def test_no_service_url_is_an_error_naming_the_variable_never_a_reward(monkeypatch) -> None:
+    # The package has no in-process mode: without a service, a trainer must hear so at once
+    # rather than train on rewards nobody computed.
+    monkeypatch.delenv("SCALING_GRADER_URL", raising=False)
+    task = synthetic_tasks(1, seed=37)[0]
+    attempts = [
+        lambda: compute_score("x", right(task.id), task.id, None),
+        lambda: compute_score_batch(["x"], [right(task.id)], [task.id], [None]),
+        lambda: make_reward_func()(prompts=["p"], completions=[right(task.id)], task_id=[task.id]),
+        lambda: asyncio.run(make_async_reward_func()(prompts=["p"], completions=[right(task.id)], task_id=[task.id])),
+    ]
+    for attempt in attempts:
+        with pytest.raises(NoServiceURL, match="SCALING_GRADER_URL"):
+            attempt()
 
 
 def test_verl_ignores_keywords_it_does_not_use(server_url: str) -> None:

@@ -33,6 +33,7 @@ def test_the_wheel_holds_scaling_book_only_and_needs_only_httpx(tmp_path: Path) 
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"scaling_book"}
     assert "scaling_book/__init__.py" in names and not any(n.endswith("pyproject.toml") for n in names)
+    assert "scaling_book/py.typed" in names  # PEP 561: trainers' type checkers read its annotations
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     assert [r for r in requires if "extra ==" not in r] == ["httpx>=0.27"]
 
@@ -71,15 +72,15 @@ def test_helpers_work_through_a_service_without_the_service_package(server_url: 
     assert done.stdout.split("\n")[:5] == ["[1.0, 0.0]", "1.0", "3", "http://h:1/get_reward/k", "[]"]
 
 
-def test_in_process_grading_without_the_service_package_says_what_to_do() -> None:
+def test_without_a_service_url_the_package_says_what_to_do() -> None:
     done = _run("""
         import os
         os.environ.pop("SCALING_GRADER_URL", None)
         from scaling_book.verl import compute_score
         try:
             compute_score("x", "Final answer: 1 s", "synthetic/0/0")
-        except ImportError as e:
-            print("ImportError:", e)
+        except ValueError as e:
+            print(type(e).__name__ + ":", e)
     """)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "ImportError:" in done.stdout and "SCALING_GRADER_URL" in done.stdout
+    assert "NoServiceURL:" in done.stdout and "SCALING_GRADER_URL" in done.stdout

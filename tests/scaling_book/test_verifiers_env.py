@@ -1,21 +1,26 @@
 """The verifiers environment (installed through the test extra, so never skipped): it loads,
-carries no answers, scores reference completions 1.0 and perturbed ones 0.0 (in-process and
-through a real service), and runs full rollouts against the fake OpenAI server."""
+carries no answers, scores reference completions 1.0 and perturbed ones 0.0 through a real service
+(its URL an argument or $SCALING_GRADER_URL), and runs full rollouts against the fake OpenAI server."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+from collections.abc import Iterator
 
 import pytest
 import verifiers as vf
 
+from scaling_book.client import GraderError
 from scaling_book.results import GradeResult
 from scaling_book.verifiers_env import STATE_KEY, load_environment
 from tests.support.oracle import gold, right, wrong
 from tests.support.policy import PolicyFake
+from tests.support.server import running_server
 
 pytestmark = pytest.mark.slow  # real workers, servers or sandboxes: left out of `make test-fast`
+SERVICE_JUDGE_KEY = "sk-the-operators-judge-key"
 
 
 def _score(env, row: dict, text: str) -> tuple[float, dict, dict]:
@@ -25,10 +30,15 @@ def _score(env, row: dict, text: str) -> tuple[float, dict, dict]:
     return state["reward"], state["metrics"], state[STATE_KEY]
 
 
-@pytest.mark.parametrize("where", ["in-process", "service"])
-def test_environment_scores_reference_completions_one(server_url: str, where: str, monkeypatch) -> None:
-    monkeypatch.delenv("SCALING_GRADER_URL", raising=False)
-    url = server_url if where == "service" else None
+@pytest.fixture(autouse=True)
+def _service(server_url: str, monkeypatch) -> None:
+    """Every environment here grades through the real server named by $SCALING_GRADER_URL."""
+    monkeypatch.setenv("SCALING_GRADER_URL", server_url)
+
+
+@pytest.mark.parametrize("where", ["environment", "argument"])
+def test_environment_scores_reference_completions_one(server_url: str, where: str) -> None:
+    url = server_url if where == "argument" else None
     env = load_environment(split="synthetic", num_synthetic_examples=6, seed=51, service_url=url)
     assert isinstance(env, vf.SingleTurnEnv)
     rows = env.get_eval_dataset().to_list()
@@ -73,45 +83,64 @@ def test_full_rollouts_against_an_openai_compatible_server(monkeypatch) -> None:
 
 
 def test_unknown_split_and_empty_filters_are_refused() -> None:
-    with pytest.raises(Exception, match="no-such-split"):
+    # The service names the splits it knows, never repeating what it was sent.
+    with pytest.raises(GraderError, match="unknown split; known: synthetic") as refused:
         load_environment(split="no-such-split")
+    assert refused.value.status == 404
     with pytest.raises(ValueError, match="no tasks"):
         load_environment(split="synthetic", chapters="not-a-chapter", num_synthetic_examples=2)
+
+
+@pytest.fixture(scope="module")
+def judge() -> Iterator[PolicyFake]:
+    fake = PolicyFake().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture(scope="module")
+def judging_service(judge: PolicyFake) -> Iterator[str]:
+    """A real server whose operator allows the loopback judge and holds its key."""
+    env = {"SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([judge.base_url]),
+           "SCALING_GRADER_JUDGE__API_KEY_ENV": "SERVICE_JUDGE_KEY", "SERVICE_JUDGE_KEY": SERVICE_JUDGE_KEY}
+    with running_server(env) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("judge_model", "reward", "scored"), [
     # a non-verdict is a scored 0 (the response may provoke it); an endpoint fault stays unscored
     ("judge-yes", 1.0, 1.0), ("judge-no", 0.0, 1.0), ("judge-garbage", 0.0, 1.0), ("judge-401", 0.0, 0.0),
 ])
-def test_judge_items_go_to_the_judge_given(judge_model: str, reward: float, scored: float) -> None:
-    fake = PolicyFake().start()
-    try:
-        env = load_environment(split="exam", chapters="roofline", judge_model=judge_model,
-                               judge_base_url=fake.base_url)
-        judged = [r for r in env.get_eval_dataset().to_list() if r["info"]["grading"] == "judge"][:2]
-        assert judged
-        for row in judged:
-            got, metrics, result = _score(env, row, "Because the arithmetic intensity is below the ridge point.")
-            assert (got, metrics["scored"]) == (reward, scored), result["explanation"]
-        assert {r.body["model"] for r in fake.requests} == {judge_model}
-    finally:
-        fake.stop()
+def test_judge_items_go_to_the_judge_given(judge: PolicyFake, judging_service: str, judge_model: str,
+                                           reward: float, scored: float) -> None:
+    judge.requests.clear()
+    env = load_environment(split="exam", chapters="roofline", judge_model=judge_model,
+                           judge_base_url=judge.base_url, service_url=judging_service)
+    judged = [r for r in env.get_eval_dataset().to_list() if r["info"]["grading"] == "judge"][:2]
+    assert judged
+    for row in judged:
+        got, metrics, result = _score(env, row, "Because the arithmetic intensity is below the ridge point.")
+        assert (got, metrics["scored"]) == (reward, scored), result["explanation"]
+    assert {r.body["model"] for r in judge.requests} == {judge_model}
 
 
-def test_judge_defaults_to_the_openai_environment_variables(monkeypatch) -> None:
-    fake = PolicyFake().start()
-    try:
-        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-judge-from-env")
-        env = load_environment(split="exam", chapters="roofline", judge_model="judge-yes")
-        row = next(r for r in env.get_eval_dataset().to_list() if r["info"]["grading"] == "judge")
-        assert _score(env, row, "Because the arithmetic intensity is below the ridge point.")[0] == 1.0
-        [call] = fake.requests
-        assert call.headers["authorization"] == "Bearer sk-judge-from-env"
-        assert call.body["max_tokens"] == 256
-        assert call.body["chat_template_kwargs"] == {"enable_thinking": False}
-    finally:
-        fake.stop()
+def test_the_service_judges_with_its_own_key_never_the_trainers(judge: PolicyFake, judging_service: str,
+                                                                  monkeypatch) -> None:
+    # A trainer's OpenAI key (and judge_api_key_var naming it) stays in the trainer: the judge
+    # is asked by the service, with the operator's key and judge settings.
+    judge.requests.clear()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-trainers-own")
+    env = load_environment(split="exam", chapters="roofline", judge_model="judge-yes", judge_base_url=judge.base_url,
+                           judge_api_key_var="OPENAI_API_KEY", service_url=judging_service)
+    row = next(r for r in env.get_eval_dataset().to_list() if r["info"]["grading"] == "judge")
+    assert _score(env, row, "Because the arithmetic intensity is below the ridge point.")[0] == 1.0
+    [call] = judge.requests
+    assert call.headers["authorization"] == f"Bearer {SERVICE_JUDGE_KEY}"
+    assert "sk-the-trainers-own" not in json.dumps([call.headers, call.body])
+    assert call.body["max_tokens"] == 256
+    assert call.body["chat_template_kwargs"] == {"enable_thinking": False}
 
 
 def test_judge_model_is_required_for_selections_with_judge_items() -> None:

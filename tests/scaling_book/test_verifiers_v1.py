@@ -1,11 +1,11 @@
 """verifiers 0.4 (only its v1 API) in a venv of its own (it cannot share one with the 0.3 the test
 extra installs): the id `scaling-book` resolves through verifiers' own loaders to this package's
 taskset, harness and config; the config carries every argument and survives the env-server wire
-(a model_dump validated again); tasks carry no answers; the task's reward grades the final reply;
-judge items without a judge are refused at load; `vf-eval scaling-book -h` shows the arguments.
+(a model_dump validated again); tasks carry no answers; the task's reward grades the final reply
+through a real server; judge items without a judge are refused at load; `vf-eval scaling-book -h`
+shows the arguments.
 
-A full `vf-eval` rollout is not run here: verifiers 0.4 runs every harness as a uv script it
-prepares (downloading its dependencies), which a test machine need not allow."""
+Full `vf-eval` rollouts, with the documented command, are run by test_vf_eval_v04_command.py."""
 
 from __future__ import annotations
 
@@ -91,11 +91,11 @@ def _build(python: Path, marker: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_v1_taskset_as_verifiers_04_loads_it(venv_python: Path, tmp_path: Path) -> None:
+def test_the_v1_taskset_as_verifiers_04_loads_it(venv_python: Path, tmp_path: Path, server_url: str) -> None:
     script = tmp_path / "probe.py"
     script.write_text(SCRIPT)
     done = subprocess.run([str(venv_python), str(script), str(ROOT)], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path, env=dict(os.environ))
+                          cwd=tmp_path, env={**os.environ, "SCALING_GRADER_URL": server_url})
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["version"] == VERSION and out["legacy"] is False  # the v1 API only

@@ -25,7 +25,10 @@ VF_EVAL = shutil.which("vf-eval", path=str(Path(__import__("sys").executable).pa
 
 @pytest.mark.slow
 @pytest.mark.skipif(VF_EVAL is None, reason="vf-eval is installed by the test extra")
-def test_vf_eval_scaling_book_with_its_env_server(tmp_path: Path) -> None:
+def test_vf_eval_scaling_book_with_its_env_server(tmp_path: Path, server_url: str, monkeypatch) -> None:
+    # The service comes from the environment, as a trainer's launcher would set it, so the
+    # arguments saved with the results hold no address.
+    monkeypatch.setenv("SCALING_GRADER_URL", server_url)
     args = {"split": "synthetic", "num_synthetic_examples": 4, "seed": 53, "chapters": None}
     rows = load_environment(**args).get_eval_dataset().to_list()
     answers = {r["prompt"][-1]["content"]: (right if i % 2 else wrong)(r["answer"]) for i, r in enumerate(rows)}

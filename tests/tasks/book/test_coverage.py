@@ -10,9 +10,10 @@ import httpx
 import pytest
 
 from app.settings import get_settings
-from app.tasks import registry
+from app.tasks import registry, splits
 from app.tasks.coverage import compute_coverage, render_markdown
 from app.tasks.key_content import key_content
+from app.tasks.splits import SplitSpec
 from tests.support.server import ROOT
 
 
@@ -35,7 +36,8 @@ def _broken_loader(settings):
 
 
 def test_a_broken_split_is_reported_not_fatal(settings, monkeypatch, fresh_registry) -> None:
-    monkeypatch.setitem(registry.SPLIT_LOADERS, "broken", _broken_loader)
+    monkeypatch.setitem(splits._SPECS, "broken", SplitSpec(name="broken", load=_broken_loader, tolerance=0.05,
+                                                           docs="docs/splits.md"))
     cov = compute_coverage(settings, ["book", "broken"])
     assert "broken" in cov.unavailable and "ModuleNotFoundError" in cov.unavailable["broken"]
     assert sum(per["book"] for per in cov.counts.values()) > 0

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from app.graders import rows
-from app.graders.dispatch import GRADERS, grade
+from app.graders.dispatch import grade, grader_for
 from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.tasks import registry
 from app.tasks.base import UnknownTask
+from app.tasks.splits import tolerance_for
 from app.tasks.tasks.catalog import ALL_SPECS, check_catalog
 from app.tasks.tasks.conventions import API_DESCRIPTION
 from app.tasks.tasks.spec import CATEGORIES, fmt
@@ -80,7 +81,7 @@ def test_served_prompt_starts_with_the_conventions(bank) -> None:
 
 
 def test_registry_serves_and_dispatch_grades_the_split(settings, fresh_registry) -> None:
-    assert "tasks" in registry.split_names() and GRADERS["rows"] is rows.grade_task
+    assert "tasks" in registry.split_names() and grader_for("rows") is rows.grade_task
     task = registry.resolve_task("tasks/sc-016", settings)
     completion = "Sum 16 bytes per parameter.\n```json\n" + json.dumps({"rows": list(task.gold)}) + "\n```"
     result = grade(task, completion, GradeOptions(), settings)
@@ -92,7 +93,7 @@ def test_registry_serves_and_dispatch_grades_the_split(settings, fresh_registry)
     )
     with pytest.raises(UnknownTask):
         registry.resolve_task("tasks/sc-035", settings)
-    assert settings.tolerance_for("tasks") == 1e-9
+    assert tolerance_for("tasks", settings) == 1e-9
 
 
 def test_batches_are_seeded(bank) -> None:
