@@ -6,8 +6,10 @@ maintenance of the worker in that time. Measured twice in the same run: with res
 by notification (the default) and by polling (a GET every 100 ms, how the API waited before).
 Target: at most 40 commands per job, printed with the ratio against polling.
 
-Also printed: Redis CPU per job and the commands an idle worker lane costs per second, the two
-figures that size how many worker cores one Redis feeds (docs/deployment.md)."""
+Also printed: whose commands they are (RQ's own bookkeeping of a job, keys under ``rq:``, against
+the service's, keys under ``sg:`` and its scripts), from Redis's MONITOR stream over a few more
+jobs; Redis CPU per job and the commands an idle worker lane costs per second, the two figures
+that size how many worker cores one Redis feeds (docs/deployment.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -76,6 +79,52 @@ def _run(server: RedisServer, wait_mode: str, jobs: int) -> tuple[float, float, 
     return sum(counts.values()) / jobs, 1000 * cpu / jobs, lane_seconds, counts
 
 
+def _owner(command: str) -> str:
+    """``rq`` for RQ's own commands (its keys, its transactions, its blocking dequeue and
+    connection set-up), ``sg`` for the service's (its keys and Lua scripts)."""
+    words = command.split()
+    name = words[0].upper() if words else ""
+    if name in ("EVAL", "EVALSHA") or (len(words) > 1 and words[1].startswith("sg:")):
+        return "sg"
+    return "rq"
+
+
+def _by_owner(server: RedisServer, jobs: int) -> dict[str, float]:
+    """Commands per job by owner, read from MONITOR while `jobs` impl jobs are graded one by one
+    (the MONITOR connection's own commands excluded)."""
+    worker = start_worker(server.url, "bench-owner", QUEUE)
+    env = {"SCALING_GRADER_REDIS_URL": server.url, **QUEUE}
+    seen: dict[str, int] = {"rq": 0, "sg": 0}
+    stop = threading.Event()
+    try:
+        with running_server(env) as url, httpx.Client(base_url=url, timeout=120) as client:
+            warm = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 60})
+            assert warm.status_code == 200, warm.text
+            monitored = redis.Redis(port=server.port)
+
+            def listen() -> None:
+                with monitored.monitor() as monitor:
+                    for event in monitor.listen():
+                        if stop.is_set():
+                            return
+                        seen[_owner(str(event["command"]))] += 1
+
+            listener = threading.Thread(target=listen, daemon=True)
+            listener.start()
+            time.sleep(0.5)
+            for i in range(jobs):
+                r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 60,
+                                                   "request_id": f"owner-{i}"})
+                assert r.status_code == 200 and r.json()["reward"] == 1.0, r.text
+            counted = dict(seen)
+            stop.set()
+            server.client().ping()  # one more event, so the listener sees the stop
+            listener.join(timeout=10)
+    finally:
+        stop_worker(worker)
+    return {owner: n / jobs for owner, n in counted.items()}
+
+
 def _idle_lane_rate(server: RedisServer, seconds: float) -> float:
     """Commands per second per idle lane (two lanes, no jobs)."""
     worker = start_worker(server.url, "bench-idle", QUEUE, jobs=2)
@@ -125,6 +174,7 @@ def main(smoke: bool = False) -> None:
     try:
         polled, polled_cpu, _, _ = _run(server, "poll", jobs)
         notified, notified_cpu, lane_seconds, counts = _run(server, "notify", jobs)
+        owners = _by_owner(server, 3 if smoke else 20)
         idle = _idle_lane_rate(server, 3 if smoke else 30)
         # (not in smoke runs: they run beside the test suite, whose CPU the busy loops would take)
         lag = None if smoke else _beat_lag_when_starved(server, 60)
@@ -136,6 +186,8 @@ def main(smoke: bool = False) -> None:
     print(f"commands per job, results waited for by notification: {notified:6.1f}  (Redis CPU {notified_cpu:.2f} ms)")
     print(f"ratio notification/polling: {notified / polled:.2f}  (target: at most 40 commands per job)")
     print("busiest commands (notification): " + ", ".join(f"{name} {n / jobs:.1f}" for name, n in busiest))
+    print(f"whose (MONITOR, jobs one at a time): RQ's own bookkeeping {owners['rq']:.1f} per job, "
+          f"the service's {owners['sg']:.1f} per job")
     print(f"an idle worker lane: {idle:.2f} commands/s")
     # One Redis core kept half busy (headroom for bursts and the API's other commands).
     lanes = 0.5 / (notified_cpu / 1000) * lane_seconds

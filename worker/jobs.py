@@ -11,12 +11,12 @@ from typing import Any, TypeVar
 
 from rq import get_current_job
 
-from app.graders.result import GradeResult
 from app.grading.service import GradingService
 from app.jobs import worker_health
 from app.jobs.case_secret import with_deployment_secret
-from app.jobs.grade_log import count_grade
+from app.jobs.grade_log import grade_count, note_fault
 from app.jobs.leases import RESULT_EXISTS, TAKEN_ELSEWHERE, Lease, held, new_token
+from app.observability import FAULT_OUTCOMES
 from app.redis_link import REDIS_ERRORS
 from app.settings import Settings, get_settings
 
@@ -71,10 +71,12 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
         result.job_id = job.id
         text = result.model_dump_json()
         tenant = str(payload.get("tenant", ""))
-        written = _wait_while_held_elsewhere(lambda: lease.publish(text, tenant, ttl), pause)
-        if written == 1:  # the write freed the lease too
+        labels = (result.split or "inline", result.grading, result.outcome.value)
+        count = grade_count(*labels, tenant=tenant or None)
+        written = _wait_while_held_elsewhere(lambda: lease.publish(text, tenant, ttl, count), pause)
+        if written == 1:  # the lease is left to lapse (a later attempt finds the result first)
             lease.taken = False
-            _reaching_redis(lambda: _count(connection, result, tenant or None))
+            _reaching_redis(lambda: _note_fault(connection, labels, tenant or None))
     finally:
         if lease.taken:
             with contextlib.suppress(*REDIS_ERRORS):  # else it lapses by itself
@@ -82,9 +84,12 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     return {"job_id": job.id, "written": written == 1}
 
 
-def _count(connection: Any, result: GradeResult, tenant: str | None) -> None:
+def _note_fault(connection: Any, labels: tuple[str, str, str], tenant: str | None) -> None:
+    """Grader faults are kept apart from the counts (only faults: no command for other grades)."""
+    if labels[2] not in FAULT_OUTCOMES:
+        return
     with connection.pipeline(transaction=False) as pipe:
-        count_grade(pipe, result.split or "inline", result.grading, result.outcome.value, tenant=tenant)
+        note_fault(pipe, *labels, tenant=tenant)
         pipe.execute()
 
 

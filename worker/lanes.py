@@ -1,16 +1,19 @@
-"""One worker process, several jobs at once: lanes.
+"""One worker, several jobs at once: lanes, each a process running one RQ worker.
 
-Each lane is an RQ worker of its own run in a thread of this process: registered in Redis under
-its own name (NAME, NAME-2, ...), with its own heartbeats, so that each job a killed process held
-is found abandoned and re-queued as before, and the status page shows what every lane holds. The
-lanes share the process's sandbox: one warm pool and fork server per tier, and one cap on the
-cases running at once (SANDBOX__MAX_CONCURRENT_CASES).
+The worker process starts one lane per job it runs at once (worker.lane: NAME, NAME-2, ...),
+each an RQ worker of its own in the main thread of its own process, so each uses RQ as RQ is
+meant to be used: its own work loop, signal handling and SIGALRM deadline, and its own Redis
+registration and heartbeats, so that each job a killed worker held is found abandoned and
+re-queued. (RQ's WorkerPool does the same for plain workers, but names its workers at random,
+builds them with RQ's defaults, and starts RQ's scheduler in each; none of which suits here.)
 
-Signals reach the main thread only; it runs no job and forwards them. A first SIGINT or SIGTERM
-asks every lane to stop after the job it holds (warm stop); another one, a second or more later,
-ends the process at once (cold stop): the lanes are deregistered and the jobs in flight are left
-to be re-queued by another worker, exactly as after a kill, rather than finished with cases cut
-short (which would write a wrong result)."""
+This process runs no job. It forwards signals: a first SIGINT or SIGTERM asks every lane to stop
+after the job it holds (warm stop, RQ's own); another one, a second or more later, is a cold
+stop: the lanes are killed and deregistered, and the jobs they held are left to be re-queued by
+another worker exactly as after a kill, rather than finished with cases cut short (which would
+write a wrong result). A lane that ends on its own (an error, Redis gone for longer than an
+outage is ridden out, a name already taken) stops the others too, and the process exits 1, so
+its supervisor restarts the worker whole instead of running on with fewer lanes than cores."""
 
 from __future__ import annotations
 
@@ -18,39 +21,23 @@ import contextlib
 import logging
 import os
 import signal
-import threading
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Protocol
 
-from app.redis_link import REDIS_ERRORS
+from rq import Worker
+from rq.serializers import JSONSerializer
+
+from app.jobs import presence
+from app.redis_link import REDIS_ERRORS, sync_connection
 
 log = logging.getLogger(__name__)
-OUTAGE_SECONDS = 600  # a lane waits this long for an unreachable Redis before the process gives up
-_REPEAT_SIGNAL_SECONDS = 1.0  # RQ's rule: a second signal this soon is the same request (a pool sends two)
-
-
-def _reachable(connection: Any) -> bool:
-    try:
-        return bool(connection.ping())
-    except REDIS_ERRORS:
-        return False
-
-
-class Lane(Protocol):
-    """What the lanes need of a lane's RQ worker (worker.main.GradingWorker)."""
-
-    name: str
-    connection: Any
-    holding: str | None  # the job id it runs now
-
-    def work(self, *, burst: bool = ..., with_scheduler: bool = ..., logging_level: str | None = ...) -> bool: ...
-
-    def request_warm_stop(self) -> None: ...
-
-    def register_death(self) -> None: ...
+_REPEAT_SIGNAL_SECONDS = 1.0  # RQ's rule: a second signal this soon is the same request
+_POLL_SECONDS = 0.2
 
 
 def lane_names(name: str | None, lanes: int) -> list[str]:
@@ -59,90 +46,100 @@ def lane_names(name: str | None, lanes: int) -> list[str]:
     return [base] + [f"{base}-{i}" for i in range(2, lanes + 1)]
 
 
+@dataclass
+class LanePlan:
+    name: str
+    command: list[str]
+
+
+def plan_lanes(names: Sequence[str], queues: Sequence[str], burst: bool) -> list[LanePlan]:
+    plans = []
+    for lane, name in enumerate(names, 1):
+        command = [sys.executable, "-m", "worker.lane", "--name", name, "--queues", ",".join(queues),
+                   "--lane", str(lane), "--lanes", str(len(names)), "--parent", str(os.getpid())]
+        plans.append(LanePlan(name, command + (["--burst"] if burst else [])))
+    return plans
+
+
 class Lanes:
-    def __init__(self, workers: Sequence[Lane]) -> None:
-        self.workers = list(workers)
-        self._stop = threading.Event()
+    def __init__(self, plans: Sequence[LanePlan], env: Mapping[str, str], redis_url: str, burst: bool = False) -> None:
+        self.plans = list(plans)
+        self.env = dict(env)
+        self.redis_url = redis_url
+        self.burst = burst
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._stopping = False
         self._stop_at = 0.0
+        self._cold = False
         self.failed = False  # a lane ended on its own (not asked to stop, not a finished burst)
 
-    def run(self, burst: bool = False) -> None:
-        """Work until every lane has stopped (burst: until the queues are empty)."""
-        threads = [threading.Thread(target=self._work, args=(worker, burst), name=f"lane-{i}")
-                   for i, worker in enumerate(self.workers, 1)]
+    def run(self) -> int:
+        """Start the lanes and wait until every one has ended: 0 after a warm stop or a finished
+        burst, 1 after a cold stop or when a lane ended on its own."""
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            for thread in threads:
-                thread.start()
-            forwarded = False
-            while any(thread.is_alive() for thread in threads):
-                if self._stop.wait(0.5) and not forwarded:
-                    forwarded = True
-                    for worker in self.workers:
-                        worker.request_warm_stop()
-                elif forwarded:
-                    time.sleep(0.2)
+            for plan in self.plans:
+                self.processes[plan.name] = subprocess.Popen(plan.command, env=self.env)
+            while self._running():
+                time.sleep(_POLL_SECONDS)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        return 1 if self.failed or self._cold else 0
 
-    def _work(self, worker: Lane, burst: bool) -> None:
-        ended_well = False
-        try:
-            while True:
-                try:
-                    worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
-                except REDIS_ERRORS:  # from RQ's own bookkeeping outside its retried dequeue
-                    log.warning("lane %s lost Redis", worker.name)
-                ended_well = burst or self._stop.is_set()
-                if ended_well or not self._rejoin_after_outage(worker):
-                    break
-        finally:
-            if not ended_well:
-                self.failed = True
-            if not ended_well and not self._stop.is_set():
-                # A lane that quit on its own (an error in RQ, Redis gone for longer than an outage
-                # is ridden out): stop the others after their jobs too, so the process ends and its
-                # supervisor restarts it whole, instead of running on with fewer lanes than cores.
-                log.error("lane %s stopped; stopping the worker's other lanes", worker.name)
-                self._stop.set()
+    def _running(self) -> bool:
+        ended = {name: p.returncode for name, p in self.processes.items() if p.poll() is not None}
+        if ended and not self._stopping and not self.burst:
+            log.error("lane(s) %s stopped (exit %s); stopping the worker's other lanes", ", ".join(ended),
+                      ", ".join(str(code) for code in ended.values()))
+            self.failed = True
+            self._stop_lanes()
+        if self.burst and any(code != 0 for code in ended.values()):
+            self.failed = True
+        return len(ended) < len(self.processes)
 
-    def _rejoin_after_outage(self, worker: Lane) -> bool:
-        """A lane whose RQ loop quit because Redis went away waits for Redis and works again
-        (True); one that quit with Redis up, or that waited OUTAGE_SECONDS in vain, does not."""
-        if _reachable(worker.connection):
-            return False
-        log.warning("lane %s: Redis is unreachable; waiting up to %d s for it", worker.name, OUTAGE_SECONDS)
-        deadline = time.monotonic() + OUTAGE_SECONDS
-        pause = 0.5
-        while not _reachable(worker.connection):
-            if self._stop.is_set() or time.monotonic() > deadline:
-                return False
-            self._stop.wait(pause)
-            pause = min(2 * pause, 5.0)
-        with contextlib.suppress(*REDIS_ERRORS):  # its registration may have outlived the outage
-            worker.register_death()
-        log.info("lane %s: Redis is back; working again", worker.name)
-        return not self._stop.is_set()
+    def _stop_lanes(self) -> None:
+        self._stopping = True
+        for process in self.processes.values():
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
-        if not self._stop.is_set():
+        if not self._stopping:
             log.info("%s: warm stop; each lane stops after the job it holds (again for a cold stop)",
                      signal.Signals(signum).name)
             self._stop_at = now
-            self._stop.set()
-        elif now - self._stop_at >= _REPEAT_SIGNAL_SECONDS:
+            self._stop_lanes()
+        elif now - self._stop_at >= _REPEAT_SIGNAL_SECONDS and not self._cold:
             self._cold_stop()
 
     def _cold_stop(self) -> None:
-        held = [w.name for w in self.workers if w.holding is not None]
-        log.warning("cold stop: %d job(s) in flight (%s) are left for another worker to re-run",
-                    len(held), ", ".join(held) or "none")
-        for worker in self.workers:
-            with contextlib.suppress(Exception):  # best effort: the records expire by themselves anyway
-                worker.register_death()
-        logging.shutdown()
-        # No interpreter shutdown: the lanes would go on and write results of cases cut short.
-        # The sandbox's children die with this process (parent-death signal, --die-with-parent).
-        os._exit(1)
+        self._cold = True
+        live = [name for name, p in self.processes.items() if p.poll() is None]
+        log.warning("cold stop: lanes %s are killed; the jobs they held are left for another worker to re-run",
+                    ", ".join(live) or "none")
+        for name in live:
+            with contextlib.suppress(ProcessLookupError):
+                self.processes[name].kill()
+        for process in self.processes.values():
+            process.wait()
+        deregister(self.redis_url, [plan.name for plan in self.plans])
+
+
+def deregister(redis_url: str, names: Sequence[str]) -> None:
+    """Best effort, as RQ's own cold stop does: the lanes' RQ registrations and presence records
+    (both would expire by themselves). Their jobs stay in RQ's started registry until their
+    heartbeats lapse, and are then re-queued like any killed worker's."""
+    connection = sync_connection(redis_url)
+    try:
+        for name in names:
+            with contextlib.suppress(*REDIS_ERRORS):
+                worker = Worker.find_by_key(Worker.redis_worker_namespace_prefix + name, connection=connection,
+                                            serializer=JSONSerializer)
+                if worker is not None:
+                    worker.register_death()
+                presence.withdraw(connection, name)
+    finally:
+        connection.close()

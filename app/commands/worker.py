@@ -1,13 +1,10 @@
-"""``scaling-grader worker``: run an RQ worker for queued grading."""
+"""``scaling-grader worker``: run RQ workers for queued grading, one process per job at once."""
 
 from __future__ import annotations
 
 import argparse
 
-from prometheus_client import start_http_server
-
 from app.graders.kinds import queue_names
-from app.observability import REGISTRY
 from app.settings import get_settings
 from worker.main import run as run_worker
 
@@ -28,10 +25,9 @@ def run(args: argparse.Namespace) -> int:
     queues = tuple(q for q in args.queues.split(",") if q) if args.queues else queue_names()
     if args.jobs is not None and args.jobs < 0:
         raise SystemExit("--jobs must be 0 (one per core) or more")
-    if args.metrics_port is not None:
-        # Grades run here, not in the API: scrape each worker for its grade counts and latencies.
-        start_http_server(args.metrics_port, addr=args.metrics_host, registry=REGISTRY)
     settings = get_settings()
     if args.jobs is not None:  # the flag stands for QUEUE__WORKER_JOBS
         settings = settings.model_copy(update={"queue": settings.queue.model_copy(update={"worker_jobs": args.jobs})})
-    return run_worker(settings, queues, burst=args.burst, name=args.name)
+    # Grades run in the workers, not in the API: scrape each worker for its grade counts and latencies.
+    metrics = (args.metrics_port, args.metrics_host) if args.metrics_port is not None else None
+    return run_worker(settings, queues, burst=args.burst, name=args.name, metrics=metrics)

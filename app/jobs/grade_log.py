@@ -1,13 +1,15 @@
 """Queued grades counted in Redis by the workers that grade them, so that every API replica's
 status page and metrics see the whole deployment's worker throughput: per (split, outcome) in the
 same 10-second buckets as the in-process window, a running total per (split, grading, outcome),
-and the last grader faults. Written in the pipeline that publishes the result (no extra round
-trip); only labels from closed sets are stored, never text from the grade."""
+and the last grader faults. A worker counts in the script that writes the result (no extra round
+trip, and a grade is counted if and only if its result was written); only labels from closed sets
+are stored, never text from the grade."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
@@ -29,21 +31,49 @@ def faults_key(tenant: str | None = None) -> str:
     return FAULTS_KEY if tenant is None else f"{PREFIX}:grades:tenant-faults:{tenant}"
 
 
+@dataclass(frozen=True)
+class GradeCount:
+    """What one grade adds to the counts: a field of the running totals, and a field of each
+    10-second bucket (the deployment's, and the tenant's own when it is known)."""
+
+    total_field: str
+    buckets: tuple[tuple[str, str], ...]  # (bucket key, field)
+    bucket_ttl: int = WINDOW_BUCKET_SECONDS * (WINDOW_BUCKETS + 1)
+
+
+def grade_count(split: str, grading: str, outcome: str, now: float | None = None,
+                tenant: str | None = None) -> GradeCount:
+    now = time.time() if now is None else now
+    start = int(now) // WINDOW_BUCKET_SECONDS * WINDOW_BUCKET_SECONDS
+    whos = (None, tenant) if tenant else (None,)
+    buckets = tuple((bucket_key(start, who), f"{split}|{outcome}") for who in whos)
+    return GradeCount(f"{split}|{grading}|{outcome}", buckets)
+
+
 def count_grade(pipe: Any, split: str, grading: str, outcome: str, now: float | None = None,
                 tenant: str | None = None) -> None:
     """Queue the counting commands on a pipeline the caller executes: the deployment's counts,
-    and the tenant's own when it is known."""
+    and the tenant's own when it is known. (A worker counts in the script that writes the
+    result instead, app.jobs.leases, and records faults with ``note_fault``.)"""
+    count = grade_count(split, grading, outcome, now, tenant)
+    pipe.hincrby(TOTALS_KEY, count.total_field, 1)
+    for key, field in count.buckets:
+        pipe.hincrby(key, field, 1)
+        pipe.expire(key, count.bucket_ttl)
+    note_fault(pipe, split, grading, outcome, now, tenant)
+
+
+def note_fault(pipe: Any, split: str, grading: str, outcome: str, now: float | None = None,
+               tenant: str | None = None) -> None:
+    """The last grader faults (only fault outcomes are kept), the deployment's and the tenant's."""
+    if outcome not in FAULT_OUTCOMES:
+        return
     now = time.time() if now is None else now
-    start = int(now) // WINDOW_BUCKET_SECONDS * WINDOW_BUCKET_SECONDS
-    pipe.hincrby(TOTALS_KEY, f"{split}|{grading}|{outcome}", 1)
     for who in (None, tenant) if tenant else (None,):
-        pipe.hincrby(bucket_key(start, who), f"{split}|{outcome}", 1)
-        pipe.expire(bucket_key(start, who), WINDOW_BUCKET_SECONDS * (WINDOW_BUCKETS + 1))
-        if outcome in FAULT_OUTCOMES:
-            pipe.lpush(faults_key(who), json.dumps({"at": now, "kind": outcome, "where": f"{split}/{grading}"}))
-            pipe.ltrim(faults_key(who), 0, KEEP_FAULTS - 1)
-            if who:  # a tenant's list goes when the tenant stops grading
-                pipe.expire(faults_key(who), WINDOW_BUCKET_SECONDS * WINDOW_BUCKETS)
+        pipe.lpush(faults_key(who), json.dumps({"at": now, "kind": outcome, "where": f"{split}/{grading}"}))
+        pipe.ltrim(faults_key(who), 0, KEEP_FAULTS - 1)
+        if who:  # a tenant's list goes when the tenant stops grading
+            pipe.expire(faults_key(who), WINDOW_BUCKET_SECONDS * WINDOW_BUCKETS)
 
 
 def window(connection: redis.Redis, now: float | None = None,

@@ -11,8 +11,8 @@ with another worker's:
   lapse); otherwise the lease is ours and the attempt counted.
 * ``publish``: the result is written once. Only while no result exists and no *other* attempt
   holds the lease (the stale holder is fenced: it writes nothing while the new one runs); the
-  write also frees the tenant's in-flight slot and announces the job on the results channel.
-  Nothing is counted unless this call wrote the result.
+  write also frees the tenant's in-flight slot, announces the job on the results channel and
+  counts the grade. Nothing is counted unless this call wrote the result.
 """
 
 from __future__ import annotations
@@ -23,16 +23,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.jobs import keys
+from app.jobs.grade_log import TOTALS_KEY, GradeCount
 
 # KEYS: result, lease, attempts. ARGV: token, lease ms, ttl s.
 # -> 0: a result exists; -1: another attempt holds the lease; n >= 1: taken, this is attempt n.
+# (SET NX GET checks and takes the lease in one command; the attempts counter gets its TTL when
+# it is made, not again on every attempt.)
 _TAKE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local holder = redis.call('GET', KEYS[2])
+local holder = redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2], 'NX', 'GET')
 if holder and holder ~= ARGV[1] then return -1 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 local attempt = redis.call('INCR', KEYS[3])
-redis.call('EXPIRE', KEYS[3], ARGV[3])
+if attempt == 1 then redis.call('EXPIRE', KEYS[3], ARGV[3]) end
 return attempt
 """
 # KEYS: lease. ARGV: token, lease ms. -> 1: renewed; 0: lost (lapsed, or another attempt's now).
@@ -45,20 +47,26 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-# KEYS: result, lease, in-flight set, owner, idempotency key. ARGV: token, result JSON, ttl s,
-# job id, channel. -> 1: written by this call; 0: a result existed; -1: another attempt holds the
-# lease. The job's owner and idempotency records get the result's TTL from here on (while the job
-# waited they had a longer one: app.jobs.redis_jobs).
+# KEYS: result, lease, in-flight set, owner, idempotency key, grade totals, grade buckets...
+# ARGV: token, result JSON, ttl s, job id, channel, totals field, bucket ttl s, bucket fields...
+# -> 1: written by this call; 0: a result existed; -1: another attempt holds the lease. The job's
+# owner and idempotency records get the result's TTL from here on (while the job waited they had a
+# longer one: app.jobs.redis_jobs). The grade is counted here (app.jobs.grade_log), so it is
+# counted exactly when its result is written; a bucket gets its TTL when it is made. The lease is
+# left to lapse: every later attempt checks for the result first.
 _PUBLISH = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local holder = redis.call('GET', KEYS[2])
 if holder and holder ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[4])
 redis.call('EXPIRE', KEYS[4], ARGV[3])
 redis.call('EXPIRE', KEYS[5], ARGV[3])
-redis.call('PUBLISH', ARGV[5], ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[4] .. '\\n' .. ARGV[2])
+redis.call('HINCRBY', KEYS[6], ARGV[6], 1)
+for i = 7, #KEYS do
+  if redis.call('HINCRBY', KEYS[i], ARGV[i + 1], 1) == 1 then redis.call('EXPIRE', KEYS[i], ARGV[7]) end
+end
 return 1
 """
 # The API's own write (inline idempotent results, a job RQ gave up on): once, like a worker's.
@@ -68,7 +76,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2], 'NX') then
   redis.call('ZREM', KEYS[2], ARGV[3])
   redis.call('EXPIRE', KEYS[3], ARGV[2])
   redis.call('EXPIRE', KEYS[4], ARGV[2])
-  redis.call('PUBLISH', ARGV[4], ARGV[3])
+  redis.call('PUBLISH', ARGV[4], ARGV[3] .. '\\n' .. ARGV[1])
   return 1
 end
 return 0
@@ -112,11 +120,15 @@ class Lease:
     def release(self) -> None:
         self.connection.eval(_RELEASE, 1, keys.lease(self.job_id), self.token)
 
-    def publish(self, result_json: str, tenant: str, result_ttl: int) -> int:
-        return int(self.connection.eval(_PUBLISH, 5, keys.result(self.job_id), keys.lease(self.job_id),
+    def publish(self, result_json: str, tenant: str, result_ttl: int, count: GradeCount) -> int:
+        """Write the result once and count the grade with it (see _PUBLISH)."""
+        buckets = [key for key, _ in count.buckets]
+        fields = [field for _, field in count.buckets]
+        return int(self.connection.eval(_PUBLISH, 6 + len(buckets), keys.result(self.job_id), keys.lease(self.job_id),
                                         keys.in_flight(tenant), keys.owner(self.job_id),
-                                        keys.idempotency(tenant, self.job_id), self.token, result_json, result_ttl,
-                                        self.job_id, keys.RESULTS_CHANNEL))
+                                        keys.idempotency(tenant, self.job_id), TOTALS_KEY, *buckets,
+                                        self.token, result_json, result_ttl, self.job_id, keys.RESULTS_CHANNEL,
+                                        count.total_field, count.bucket_ttl, *fields))
 
 
 async def store_once(redis: Any, tenant: str, job_id: str, result_json: str, result_ttl: int) -> bool:

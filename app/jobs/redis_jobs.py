@@ -151,22 +151,30 @@ class RedisJobs:
         return bool(await self.async_redis.set(keys.requeue(job_id), "1", ex=REQUEUE_HOLD_SECONDS, nx=True))
 
     async def enqueue(self, tenant: str, job_id: str, work: QueuedGrading, max_in_flight: int | None = None) -> None:
-        queue_settings = self.settings.queue
         payload = work.payload()
         try:
             if max_in_flight is not None:
                 await self.reserve(tenant, [job_id], max_in_flight)
-            await anyio.to_thread.run_sync(lambda: self._queue(work.queue).enqueue(
-                self.job_function, payload, job_id=job_id, job_timeout=queue_settings.job_timeout,
-                result_ttl=queue_settings.result_ttl, failure_ttl=queue_settings.result_ttl,
-                # no interval: a delayed retry would need an RQ scheduler; re-queue at once instead
-                retry=Retry(max=queue_settings.retries, enqueue_at_front=True) if queue_settings.retries else None,
-                meta={"tenant": tenant},
-            ))
+            await anyio.to_thread.run_sync(lambda: self._enqueue(work.queue, job_id, payload, tenant))
         except REDIS_ERRORS:
             # the claim must not outlive a job that was never queued, or a retry would wait forever
             await self._forget(tenant, job_id)
             raise QueueUnavailable("Redis is unreachable") from None
+
+    def _enqueue(self, queue: str, job_id: str, payload: dict[str, Any], tenant: str) -> None:
+        """RQ's enqueue, sent as one pipeline without a transaction: RQ would otherwise send two
+        MULTI/EXEC blocks (the queue's registration, then the job and its push), four commands
+        of a job's ~60. Not atomic: the job hash is written before its id is pushed, and a
+        connection lost in between leaves a claim whose retry re-queues it (_never_queued)."""
+        queue_settings = self.settings.queue
+        with self._sync.pipeline(transaction=False) as pipe:
+            self._queue(queue).enqueue_call(
+                self.job_function, args=(payload,), job_id=job_id, timeout=queue_settings.job_timeout,
+                result_ttl=queue_settings.result_ttl, failure_ttl=queue_settings.result_ttl,
+                # no interval: a delayed retry would need an RQ scheduler; re-queue at once instead
+                retry=Retry(max=queue_settings.retries, enqueue_at_front=True) if queue_settings.retries else None,
+                meta={"tenant": tenant}, pipeline=pipe)
+            pipe.execute()
 
     async def reserve(self, tenant: str, job_ids: Sequence[str], max_in_flight: int) -> None:
         if not job_ids:

@@ -1,10 +1,11 @@
 """Waiting for a job's result without polling Redis.
 
-A worker's write of a result announces the job id on one channel (app.jobs.leases). Each API
-process keeps one subscription to it, in a background task, and wakes the requests waiting for
-that job. A request reads the result key once when it starts waiting and once per wake-up, and
-also every few seconds in case an announcement was missed (published while the subscription was
-reconnecting): a handful of commands per waited job instead of one GET every 100 ms."""
+A worker's write of a result announces it on one channel (app.jobs.leases): the job id, a
+newline, and the result as written. Each API process keeps one subscription to it, in a
+background task, and hands the result to the requests waiting for that job. A request reads the
+result key once when it starts waiting (the result may be there already), and again only every
+few seconds in case an announcement was missed (published while the subscription was
+reconnecting): one command per waited job instead of one GET every 100 ms."""
 
 from __future__ import annotations
 
@@ -23,32 +24,42 @@ RECHECK_SECONDS = 5.0  # a waiting request reads the result at least this often
 _SUBSCRIBE_WAIT_SECONDS = 1.0  # how long a first waiter waits for the subscription to be up
 
 
+class _Waiter:
+    __slots__ = ("event", "result")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.result: bytes | None = None
+
+
 class ResultNotices:
     def __init__(self, redis: Any) -> None:
         self.redis = redis
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._waiters: dict[str, set[_Waiter]] = {}
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
 
     async def wait_for(self, job_id: str, read: Callable[[], Awaitable[Any]], wait: float) -> Any:
         """read() (the stored result, or None) once it is not None, or None after `wait` seconds."""
         deadline = time.monotonic() + wait
-        event = asyncio.Event()
-        self._waiters.setdefault(job_id, set()).add(event)  # before the first read: no wake-up is missed
+        waiter = _Waiter()
+        self._waiters.setdefault(job_id, set()).add(waiter)  # before the first read: no announcement is missed
         try:
             await self._ensure_listening()
+            found = await read()
             while True:
-                found = await read()
                 remaining = deadline - time.monotonic()
                 if found is not None or remaining <= 0:
                     return found
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(remaining, RECHECK_SECONDS))
-                event.clear()
+                    await asyncio.wait_for(waiter.event.wait(), min(remaining, RECHECK_SECONDS))
+                waiter.event.clear()
+                # the announced result, else (a recheck, or a wake-up after a reconnection) a read
+                found = waiter.result if waiter.result is not None else await read()
         finally:
             waiting = self._waiters.get(job_id)
             if waiting is not None:
-                waiting.discard(event)
+                waiting.discard(waiter)
                 if not waiting:
                     del self._waiters[job_id]
 
@@ -59,9 +70,10 @@ class ResultNotices:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._subscribed.wait(), _SUBSCRIBE_WAIT_SECONDS)
 
-    def _wake(self, job_id: str) -> None:
-        for event in self._waiters.get(job_id, ()):
-            event.set()
+    def _wake(self, job_id: str, result: bytes | None = None) -> None:
+        for waiter in self._waiters.get(job_id, ()):
+            waiter.result = result
+            waiter.event.set()
 
     async def _listen(self) -> None:
         while True:
@@ -74,7 +86,9 @@ class ResultNotices:
                     message = await pubsub.get_message(timeout=1.0)
                     if message is not None and message.get("type") == "message":
                         data = message["data"]
-                        self._wake(data.decode() if isinstance(data, bytes) else str(data))
+                        raw = data if isinstance(data, bytes) else str(data).encode()
+                        announced, _, result = raw.partition(b"\n")
+                        self._wake(announced.decode(), result or None)
             except REDIS_ERRORS:
                 self._subscribed.clear()
                 for job_id in list(self._waiters):  # announcements may have been missed: read again

@@ -82,6 +82,16 @@ def _wait_for_holders(redis_server: RedisServer, job_ids: list[str], count: int,
     raise AssertionError(f"fewer than {count} jobs were ever running at once: {_holders(redis_server, job_ids)}")
 
 
+def _wait_for_presence(redis_server: RedisServer, names: list[str], timeout: float = 120) -> None:
+    """Until every named lane has started (probed its sandbox, warmed its pool) and beaten once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(redis_server.client().exists(f"sg:worker:{name}") for name in names):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"lanes {names} never all started")
+
+
 def _rq_job(redis_server: RedisServer, job_id: str) -> Job:
     return Job.fetch(job_id, connection=redis_server.client(), serializer=JSONSerializer)
 
@@ -203,6 +213,9 @@ def test_a_cold_stop_leaves_the_jobs_to_another_worker_and_writes_no_result(redi
         survivor = None
         try:
             held = _wait_for_holders(redis_server, job_ids, 2)
+            deadline = time.monotonic() + 120  # and both attempts have begun grading (took the lease)
+            while time.monotonic() < deadline and not all(_attempts(redis_server, job_id) for job_id in held):
+                time.sleep(0.05)
             worker.send_signal(signal.SIGTERM)
             time.sleep(1.5)  # a second signal within a second is taken as the same request
             worker.send_signal(signal.SIGTERM)
@@ -223,13 +236,16 @@ def test_a_cold_stop_leaves_the_jobs_to_another_worker_and_writes_no_result(redi
 
 
 def test_the_backstop_deadline_fires_in_a_lane_and_spares_the_other(redis_server) -> None:
-    deadline = {"SCALING_GRADER_QUEUE__JOB_TIMEOUT": "2", "SCALING_GRADER_QUEUE__RETRIES": "0",
-                "SCALING_GRADER_SANDBOX__WALL_SECONDS": "6"}
+    # (a lane loads the bank on its first job: the right job is given 10 s for that on a loaded
+    # machine; the hung one would run into its wall limit well after)
+    deadline = {"SCALING_GRADER_QUEUE__JOB_TIMEOUT": "10", "SCALING_GRADER_QUEUE__RETRIES": "0",
+                "SCALING_GRADER_SANDBOX__WALL_SECONDS": "40"}
     env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE, **deadline}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
-        hung = _submit(client, HANGS, "deadline-hung")
         worker = start_worker(redis_server.url, "deadline", {**FAST_QUEUE, **deadline}, jobs=2)
         try:
+            _wait_for_presence(redis_server, ["deadline", "deadline-2"])  # each lane's sandbox is warm
+            hung = _submit(client, HANGS, "deadline-hung")
             _wait_for_holders(redis_server, [hung], 1)
             right = _submit(client, RIGHT, "deadline-right")  # taken by the other lane meanwhile
             results = collect(client, [hung, right], timeout=120)
@@ -237,7 +253,7 @@ def test_the_backstop_deadline_fires_in_a_lane_and_spares_the_other(redis_server
         finally:
             stop_worker(worker)
     assert alive  # the deadline ended a job, not the worker
-    assert results[right]["status"] == "finished" and results[right]["result"]["reward"] == 1.0
+    assert results[right]["status"] == "finished" and results[right]["result"]["reward"] == 1.0, results[right]
     # Without the deadline the hung job would finish as a timeout verdict after the wall limit.
     assert results[hung]["status"] == "failed" and results[hung]["result"]["reward"] == 0.0
     result = _rq_job(redis_server, hung).latest_result()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from worker.main import _QuietMaintenance
+from worker.lane import QuietMaintenance as _QuietMaintenance
 
 
 def _record(msg: str) -> logging.LogRecord:

@@ -1,0 +1,168 @@
+"""The RQ worker of one lane: RQ's SimpleWorker, run as the main thread of a process of its own.
+
+Only RQ's public worker API is used (tests/jobs/test_rq_contract.py checks every piece of it):
+the constructor's arguments, ``execute_job`` (the method RQ leaves to worker classes), the
+documented ``death_penalty_class``, and the public hooks ``heartbeat``, ``get_heartbeat_ttl``,
+``should_run_maintenance_tasks``, ``register_birth`` and ``register_death``.
+
+What is added to SimpleWorker:
+
+* Heartbeats while a job runs. SimpleWorker sends none (RQ's docs say so) and sets the job's
+  heartbeat TTL to the whole job timeout, so a killed lane's job would wait many minutes to be
+  re-run. Here a side thread renews, every QUEUE__HEARTBEAT_INTERVAL, RQ's own heartbeats
+  (``maintain_heartbeats``: the worker, the execution and the job) and the job's lease
+  (app.jobs.leases), all with a TTL of the interval plus QUEUE__HEARTBEAT_GRACE: a lane that is
+  killed or cut off loses both within seconds, and RQ's abandoned-job handling re-queues its job
+  (at the front: app.jobs.redis_jobs enqueues with ``Retry(enqueue_at_front=True)``).
+* One maintenance pass per interval for the whole deployment (RQ's runs on every worker, and its
+  cost grows with the number of workers each pass lists).
+* Fewer of RQ's worker beats (only those the worker's key needs), and the lane's presence record
+  (app.jobs.presence) on the same beat."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+from rq import Queue, SimpleWorker
+from rq.job import Job
+from rq.serializers import JSONSerializer
+from rq.utils import now
+from rq.worker import WorkerStatus
+
+from app.graders.kinds import queue_names
+from app.jobs import keys, leases, presence, worker_health
+from app.jobs.case_secret import restore_known_secret, with_deployment_secret
+from app.jobs.leases import Lease, new_token
+from app.jobs.worker_registry import record_sandbox_tier
+from app.redis_link import REDIS_ERRORS, sync_connection
+from app.sandbox import health as sandbox_health
+from app.settings import Settings, get_settings
+from worker.deadline import JobDeadline
+
+log = logging.getLogger(__name__)
+QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
+_BEAT_MARGIN_SECONDS = 10.0
+
+
+class GradingWorker(SimpleWorker):
+    death_penalty_class = JobDeadline  # RQ's SIGALRM penalty (the job runs in the main thread)
+    heartbeat_grace = 3
+    sandbox_tier = "none"  # judge-only workers run no sandbox
+    presence: str | None = None  # JSON record published with the beats (app.jobs.presence)
+    presence_ttl = 10
+    holding: str | None = None  # the job id this lane runs now
+    beat_lag_max = 0.0  # the beat thread's worst lateness so far, in seconds (published in presence)
+    _key_lives_until = 0.0  # monotonic time at which the worker's key expires, as of the last beat sent
+    _last_presence = 0.0
+
+    @property
+    def should_run_maintenance_tasks(self) -> bool:
+        if not super().should_run_maintenance_tasks:
+            return False
+        # Due here; but one lane of the whole deployment runs it per interval, not every lane:
+        # RQ's maintenance lists every worker of each queue, so with one pass per lane the cost
+        # would grow with the square of the lanes. A lane that is not the one waits an interval.
+        if self.connection.set(keys.MAINTENANCE, self.name, nx=True, ex=self.maintenance_interval):
+            restore_known_secret(self.connection)  # a Redis that lost its data gets the secret back
+            return True
+        self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
+        return False
+
+    def register_birth(self) -> None:
+        super().register_birth()
+        self._key_lives_until = 0.0  # (again after an outage) the next beat goes out
+        record_sandbox_tier(self.connection, self.key, self.sandbox_tier)  # for the status page
+        # Read (or store first) the deployment's case secret now, not at the first job: a worker
+        # that holds it puts it back if Redis loses it (app.jobs.case_secret).
+        with contextlib.suppress(*REDIS_ERRORS):
+            with_deployment_secret(get_settings(), self.connection)
+
+    def register_death(self) -> None:
+        super().register_death()
+        presence.withdraw(self.connection, self.name)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        # RQ beats at several points of one job (before the dequeue, as the job starts, after it,
+        # and again before the next dequeue), each an HSET and two EXPIREs, most with a TTL of a
+        # minute or more: a beat is sent only when the worker's key would otherwise expire before
+        # RQ's next chance to beat (an idle worker's dequeue timeout, plus a margin). Skipping a
+        # beat never shortens the key's life: RQ's beats set the TTL, they do not add to it. The
+        # beat thread's beats always go out (maintain_heartbeats reads the first reply).
+        clock = time.monotonic()
+        beat_thread = threading.current_thread() is not threading.main_thread()
+        if beat_thread or self._key_lives_until - clock < self.dequeue_timeout + _BEAT_MARGIN_SECONDS:
+            super().heartbeat(timeout, pipeline)
+            self._key_lives_until = clock + (timeout or self.worker_ttl + 60)
+        if self.presence is not None and clock - self._last_presence >= self.presence_ttl / 3:
+            self._last_presence = clock
+            record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
+                                                          **worker_health.fields(sandbox_health.pid_usage())})
+            presence.publish(pipeline if pipeline is not None else self.connection, self.name, record,
+                             self.presence_ttl)
+
+    def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
+        return int(self.job_monitoring_interval) + self.heartbeat_grace
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """SimpleWorker's, with the beat thread beside the job."""
+        execution = self.prepare_execution(job)
+        # The job function takes this lease (app.jobs.leases); the beat renews it with RQ's own
+        # heartbeat, with the same TTL, so a lane that cannot beat loses both together.
+        lease = Lease(self.connection, job.id, new_token(self.name), 1000 * self.get_heartbeat_ttl(job))
+        stop = threading.Event()
+        beat = threading.Thread(target=self._beat, args=(job, execution, lease, stop),
+                                name=f"heartbeat-{self.name}", daemon=True)
+        beat.start()
+        self.holding = job.id
+        leases.hold(lease)
+        try:
+            self.perform_job(job, queue, execution)
+        finally:
+            leases.hold(None)
+            self.holding = None
+            stop.set()
+            beat.join()
+        self.set_state(WorkerStatus.IDLE)
+
+    def _beat(self, job: Job, execution: Any, lease: Lease, stop: threading.Event) -> None:
+        # A thread of its own, which waits on nothing but its timer and Redis: a lane busy with its
+        # cases, or a loaded machine, delays it by milliseconds (measured: docs/deployment.md),
+        # far inside the grace. Only a stopped or cut-off process misses beats.
+        due = time.monotonic() + self.job_monitoring_interval
+        while not stop.wait(max(0.0, due - time.monotonic())):
+            self.beat_lag_max = max(self.beat_lag_max, time.monotonic() - due)
+            due += self.job_monitoring_interval
+            try:
+                self.maintain_heartbeats(job, execution)
+                if not lease.lost and not lease.renew():  # logged once
+                    log.warning("job %s: lease lost (this worker looked dead); its result is left to the "
+                                "attempt that holds it now", job.id)
+            except Exception:  # a missed beat only risks a re-run, whose result is not written twice
+                log.warning("heartbeat for job %s failed", job.id, exc_info=True)
+
+
+def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str | None = None) -> GradingWorker:
+    """One lane's worker, with a Redis connection of its own."""
+    if not settings.redis_url:
+        raise SystemExit("the worker needs SCALING_GRADER_REDIS_URL")
+    connection = sync_connection(settings.redis_url)
+    worker = GradingWorker(
+        [Queue(q, connection=connection, serializer=JSONSerializer) for q in queues],
+        connection=connection,
+        serializer=JSONSerializer,
+        name=name,
+        job_monitoring_interval=max(1, math.ceil(settings.queue.heartbeat_interval)),
+        maintenance_interval=settings.queue.maintenance_interval,
+        # RQ blocks an idle worker in BLPOP for worker_ttl - 15 seconds and only then beats and
+        # runs maintenance: a few seconds, not RQ's default 405, so an idle worker both shows as
+        # live and re-queues a dead worker's job within seconds.
+        worker_ttl=15 + settings.queue.maintenance_interval,
+    )
+    worker.heartbeat_grace = settings.queue.heartbeat_grace
+    worker.presence_ttl = worker.dequeue_timeout + worker.job_monitoring_interval + settings.queue.heartbeat_grace
+    return worker
