@@ -101,8 +101,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         await grading.jobs.close()
 
+    # No OpenTelemetry (metrics are Prometheus's, app/observability.py): FastAPI otherwise asks on
+    # every request whether a provider was configured since.
     app = FastAPI(title="scaling-grader", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="Grading service for RL and evaluation on the JAX scaling book")
+                  description="Grading service for RL and evaluation on the JAX scaling book",
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings = settings
     app.state.grading = grading
     app.state.readiness_checks = _readiness_checks(settings, grading)

@@ -6,14 +6,18 @@ are ordinary FastAPI path operations; ``json_body`` documents the body each one 
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from fastapi import Request
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
 from app.api.errors import describe_validation_errors
-from app.api.json_budget import check_json_budget
+from app.api.json_budget import outline_json
+from app.api.json_pieces import InvalidBody, validate_in_pieces
 from app.errors import ApiError
 from app.grading.offload import off_loop
 
@@ -21,7 +25,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 # Bodies up to this size are parsed on the event loop (well under a millisecond); larger ones,
-# up to the body limit, on a grading thread, so that a few megabytes of JSON hold nobody back.
+# up to the body limit, on a grading thread, a list element at a time (app/api/json_pieces.py),
+# so that a few megabytes of JSON hold nobody back.
 ON_LOOP_BODY_BYTES = 64 * 1024
 
 # The models ``json_body`` documented, for ``document_bodies``.
@@ -47,9 +52,9 @@ def _max_elements(request: Request) -> int:
     return max(limits.max_grades_per_batch, limits.max_tasks_per_request)
 
 
-def _checked_parse(model: type[M], raw: bytes, max_elements: int) -> M:
-    check_json_budget(raw, max_elements)  # before the parse, which holds the interpreter lock throughout
-    return model.model_validate_json(raw)
+def _parse_large(model: type[M], raw: bytes, max_elements: int) -> M:
+    # bounded before any parse, which holds the interpreter lock throughout; then a piece at a time
+    return validate_in_pieces(model, raw, outline_json(raw, max_elements))
 
 
 async def parse_body(request: Request, model: type[M]) -> M:
@@ -61,9 +66,10 @@ async def parse_body(request: Request, model: type[M]) -> M:
     try:
         if len(raw) <= ON_LOOP_BODY_BYTES:
             return model.model_validate_json(raw)
-        return await off_loop(_checked_parse, model, raw, _max_elements(request), tenant=_tenant_name(request))
-    except ValidationError as exc:
-        status, error, detail = describe_validation_errors(list(exc.errors(include_input=False)), located=False)
+        return await off_loop(_parse_large, model, raw, _max_elements(request), tenant=_tenant_name(request))
+    except (ValidationError, InvalidBody) as exc:
+        errors = exc.errors if isinstance(exc, InvalidBody) else list(exc.errors(include_input=False))
+        status, error, detail = describe_validation_errors(errors, located=False)
         raise ApiError(status, error, detail) from None
 
 
@@ -81,3 +87,19 @@ def document_bodies(schema: dict[str, Any]) -> None:
         found = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(found.pop("$defs", {}))
         components[name] = found
+
+
+class RequestRoute(APIRoute):
+    """A path operation whose endpoint takes the ``Request`` alone and returns a ``Response``
+    (the grading and reward routes: they read their own bodies). FastAPI's handler would solve
+    parameters and dependencies there are none of, and look for a body to read and a response to
+    serialise; called directly, the endpoint costs what it does. Everything else is FastAPI's:
+    the router matches it, its exceptions go to the application's handlers, OpenAPI documents it.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        parameters = list(inspect.signature(self.endpoint).parameters.values())
+        if self.dependencies or len(parameters) != 1 or parameters[0].annotation not in (Request, "Request"):
+            raise TypeError(f"{self.path}: a RequestRoute endpoint takes the Request only")
+        endpoint: Callable[[Request], Coroutine[Any, Any, Response]] = self.endpoint
+        return endpoint

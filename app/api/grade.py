@@ -7,13 +7,14 @@ pydantic directly; the decorators document both."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
 from app.api.auth import charge_grades, tenant_of
-from app.api.bodies import json_body, parse_body
+from app.api.bodies import RequestRoute, json_body, parse_body
 from app.api.deps import grading_of, settings_of
 from app.errors import ApiError, JobPending
 from app.graders.result import GradeResult
@@ -23,9 +24,10 @@ from app.grading.offload import off_loop
 PREFIX = "/v1"
 # Results serialised on the event loop; a larger batch's response is written on a grading thread.
 ON_LOOP_RESULTS = 8
-QUEUED = {202: {"description": "queued work still running after `wait`: {job_id, status, poll}"}}
+QUEUED: dict[int | str, dict[str, Any]] = {
+    202: {"description": "queued work still running after `wait`: {job_id, status, poll}"}}
 
-router = APIRouter(tags=["grade"])
+router = APIRouter(tags=["grade"], route_class=RequestRoute)
 
 
 class GradeBatchResponse(BaseModel):

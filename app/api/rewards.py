@@ -20,7 +20,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.auth import charge_grades, tenant_of
-from app.api.bodies import json_body, parse_body
+from app.api.bodies import RequestRoute, json_body, parse_body
 from app.api.deps import grading_of, settings_of
 from app.api.openrlhf import response_from_query
 from app.api.routing import REWARD_PATH
@@ -82,7 +82,7 @@ class LabelledResponse(BaseModel):
     results: list[GradeResult] = Field(description="in request order; unscored items say why in details.unscored")
 
 
-router = APIRouter(tags=["rewards"])
+router = APIRouter(tags=["rewards"], route_class=RequestRoute)
 
 
 async def _check_size(request: Request, n: int) -> None:
