@@ -110,8 +110,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.grading = grading
     app.state.readiness_checks = _readiness_checks(settings, grading)
     watch_queues(settings.redis_url)
-    # Grading and rewards first: routes are matched in order, and they are the hot path.
-    for module in (grade, rewards, tasks, jobs, coverage, health, status):
+    # Grading and rewards first (routes are matched in order, and they are the hot path), as the
+    # app's own routes: an included router is a wrapper that matches the path a second time.
+    app.router.routes[0:0] = [*rewards.router.routes, *grade.router.routes]
+    for module in (tasks, jobs, coverage, health, status):
         app.include_router(module.router)
     install_offline_docs(app)
     install_error_handlers(app)
