@@ -11,13 +11,13 @@ from fastapi import FastAPI
 from app import __version__
 from app.api import coverage, grade, health, jobs, rewards, status, tasks
 from app.api.auth import TenantMiddleware
+from app.api.bodies import document_bodies
 from app.api.browser_guard import BrowserGuard, is_loopback
 from app.api.deps import CheckResult, ReadinessCheck
 from app.api.docs import install_offline_docs
 from app.api.errors import document_error_bodies, install_error_handlers
 from app.api.openapi_docs import document_limits, document_refusals
-from app.api.plain import HotRoutes
-from app.api.routing import UnprefixedTwins, document_twins, install_not_found_hints
+from app.api.routing import REWARD_PATH, CanonicalPaths, document_twins, install_not_found_hints
 from app.graders.impl import sandbox_status
 from app.grading.service import GradingService
 from app.jobs.base import JobBackend
@@ -63,16 +63,13 @@ def _readiness_checks(settings: Settings, grading: GradingService) -> dict[str, 
     return checks
 
 
-def _document_hand_parsed_bodies(app: FastAPI, settings: Settings) -> None:
+def _document_beyond_the_models(app: FastAPI, settings: Settings) -> None:
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = build()
-            for module in (grade, rewards):
-                paths, schemas = module.openapi_paths()
-                schema.setdefault("paths", {}).update(paths)
-                schema.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
+            document_bodies(schema)  # the routes that parse their own bodies
             document_error_bodies(schema)
             document_refusals(schema)
             document_limits(schema, settings.limits)
@@ -104,33 +101,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         await grading.jobs.close()
 
+    # No OpenTelemetry (metrics are Prometheus's, app/observability.py): FastAPI otherwise asks on
+    # every request whether a provider was configured since.
     app = FastAPI(title="scaling-grader", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="Grading service for RL and evaluation on the JAX scaling book")
+                  description="Grading service for RL and evaluation on the JAX scaling book",
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings = settings
     app.state.grading = grading
     app.state.readiness_checks = _readiness_checks(settings, grading)
     watch_queues(settings.redis_url)
-    # Plain routes first: matched in order, and grading and rewards are the hot path (a POST to
-    # one of them is answered by HotRoutes before the router; anything else is routed).
-    hot_routes = [*grade.ROUTES, *rewards.ROUTES]
-    app.router.routes[0:0] = hot_routes
+    # Grading and rewards first (routes are matched in order, and they are the hot path), as the
+    # app's own routes: an included router is a wrapper that matches the path a second time.
+    app.router.routes[0:0] = [*rewards.router.routes, *grade.router.routes]
     for module in (tasks, jobs, coverage, health, status):
         app.include_router(module.router)
     install_offline_docs(app)
     install_error_handlers(app)
     install_not_found_hints(app)
-    _document_hand_parsed_bodies(app, settings)
+    _document_beyond_the_models(app, settings)
     redis_client = getattr(grading.jobs, "async_redis", None)  # shared by the rate limiter
-    app.add_middleware(HotRoutes, routes=hot_routes, handlers=app.exception_handlers)
     app.add_middleware(TenantMiddleware, tenants=tenants, limiter=RateLimiter(redis_client))
     app.add_middleware(MetricsMiddleware)
     # the batch and reward routes hold up to max_grades_per_batch completions (docs/api.md)
-    batch_paths = {"/v1/grade/batch", "/v1/rewards", "/get_reward", "/get_reward/", "/v1/grade/labelled"}
+    batch_paths = {"/v1/grade/batch", "/v1/rewards", REWARD_PATH, "/v1/grade/labelled"}
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_request_bytes,
                        path_limits=dict.fromkeys(batch_paths, settings.limits.batch_request_bytes),
                        grace_seconds=settings.limits.body_grace_seconds,
                        min_bytes_per_second=settings.limits.body_min_bytes_per_second)
-    app.add_middleware(UnprefixedTwins)  # GET /tasks, POST /grade...: the card's paths, answered by /v1
+    # Card paths (GET /tasks, POST /grade...) and reward URLs (/get_reward/<key>) to the routes'
+    # own, before anything else looks at the path.
+    app.add_middleware(CanonicalPaths)
     # Outermost: a cross-site browser request is refused before anything reads it.
     app.add_middleware(BrowserGuard, bind_host=settings.host, allowed_hosts=settings.allowed_hosts,
                        check_hosts=tenants is None or bool(settings.allowed_hosts))

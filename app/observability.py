@@ -183,10 +183,10 @@ class MetricsMiddleware:
 
 class BodyLimitMiddleware:
     """Refuse bodies over the limit with 413 before they are buffered whole. ``path_limits``
-    gives some paths (the batch routes) a larger limit (a key ending in ``/`` covers the paths
-    under it). Only ``large_bodies`` requests with a body over ``max_bytes`` are served at once per
-    process (later ones wait), so memory stays bounded by that many of the largest limit however
-    many such requests arrive together.
+    gives some paths (the batch routes) a larger limit, by the canonical path (see
+    app/api/routing.py, which runs first). Only ``large_bodies`` requests with a body over
+    ``max_bytes`` are served at once per process (later ones wait), so memory stays bounded by
+    that many of the largest limit however many such requests arrive together.
 
     A body must arrive whole within ``grace_seconds`` plus its length (Content-Length, else the
     limit) at ``min_bytes_per_second``, else 408: a client that stops half-way does not hold the
@@ -205,8 +205,7 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        # a path, or its parent with a trailing slash (``/get_reward/`` covers a key in the URL)
-        limit = self.path_limits.get(path) or self.path_limits.get(path.rsplit("/", 1)[0] + "/", self.max_bytes)
+        limit = self.path_limits.get(path, self.max_bytes)
         expected = limit
         for key, value in scope.get("headers", ()):
             if key == b"content-length" and value.isdigit():
@@ -228,7 +227,10 @@ class BodyLimitMiddleware:
             if deadline is None:
                 deadline = loop.time() + allowance
             try:
-                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
+                # a deadline on this task, not wait_for's task per message (a third of the
+                # middleware's cost on a small request)
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
             except TimeoutError:
                 raise HTTPException(408, "the request body did not arrive in time") from None
             if message["type"] == "http.request":

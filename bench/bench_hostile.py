@@ -4,8 +4,9 @@ by task id and by inline reference) and the worst rows answer (every row right, 
 order, which the old order check compared pairwise) are graded and their CPU time printed
 against a typical numeric item measured in the same run. Then a real server is attacked by
 several clients at once (batches of worst items and of reversed rows, a synthetic listing at
-offset 2**62, large reward queries) while /healthz is probed every 20 ms: its latency under
-attack is printed against the same probe with the server idle. Target: /healthz p99 < 50 ms."""
+offset 2**62, large reward queries, legal batches of many small JSON values refused after
+parsing) while /healthz is probed every 20 ms: its latency under attack is printed against the
+same probe with the server idle. Target: /healthz p99 < 50 ms."""
 
 from __future__ import annotations
 
@@ -53,6 +54,15 @@ def rows_worst(n_chars: int) -> tuple[dict, str]:
     rows = [{"name": "r", "x": i + 0.5} for i in range(max(2, min(1000, n_chars // 24)))]
     completion = json.dumps({"rows": rows[::-1]})
     return {"reference": {"rows": rows}}, completion
+
+
+def many_values_batch(request_bytes: int) -> bytes:
+    """A legal batch of as many thousand-row references as fit (about 5,000 JSON values each), the
+    last item invalid: its cost is the parse alone."""
+    reference, _ = rows_worst(26_000)
+    item = {**reference, "completion": "Final answer: 1 s"}
+    n = max(2, min(512, request_bytes // len(json.dumps(item))))
+    return json.dumps({"items": [item] * (n - 1) + [{**item, "completion": 5}]}).encode()
 
 
 def cpu_of(fn: Callable[[], object]) -> float:
@@ -116,6 +126,8 @@ def attackers(url: str, worst: str, request_bytes: int, clients: int, rounds: in
     reference, rows = rows_worst(26_000)
     rows_batch = json.dumps({"items": [{**reference, "completion": rows}] * max(1, request_bytes // 60_000)}).encode()
     reward = json.dumps({"query": [worst] * n, "labels": [TASK.id] * n}).encode()
+    # Many small values: all parsing (the last item is refused, so nothing is graded).
+    parsed = many_values_batch(request_bytes)
     json_headers = {"content-type": "application/json"}
 
     def one(client: httpx.Client) -> None:
@@ -123,6 +135,7 @@ def attackers(url: str, worst: str, request_bytes: int, clients: int, rounds: in
             client.post("/v1/grade/batch", content=batch, headers=json_headers)
             client.post("/v1/grade/batch", content=rows_batch, headers=json_headers)
             client.post("/get_reward", content=reward, headers=json_headers)
+            client.post("/v1/grade/batch", content=parsed, headers=json_headers)
             client.get("/v1/tasks", params={"split": "synthetic", "chapters": "roofline", "offset": 2**62, "n": 64})
 
     def attack() -> None:

@@ -18,6 +18,7 @@ import json
 import math
 from typing import Any
 
+from app.api.routing import REWARD_URL_KEY
 from app.errors import ApiError
 from app.jobs.refusals import count_refusal
 from app.observability import TENANT_REQUESTS, child
@@ -32,11 +33,6 @@ BASIC_CHALLENGE = b'Basic realm="scaling-grader", charset="UTF-8"'
 
 def _is_browser_page(path: str) -> bool:
     return path in BROWSER_PAGES or path.startswith("/docs/")
-
-# OpenRLHF posts to a bare URL from a fresh session, with no way to add a header: its tenants put
-# a reward key in the path instead, /get_reward/<key>.
-REWARD_PATH = "/get_reward"
-REWARD_KEY_PREFIX = REWARD_PATH + "/"
 
 
 def _error(status: int, error: str, detail: str, headers: list[tuple[bytes, bytes]]) -> tuple[dict, dict]:
@@ -56,12 +52,7 @@ class TenantMiddleware:
             await self.app(scope, receive, send)
             return
         tenant = LOCAL_TENANT
-        url_key = None
-        if scope["path"].startswith(REWARD_KEY_PREFIX):
-            # Out of the path before anything can see it: the route, the metrics label, error
-            # logs and an access log (which reads this same scope) all get the bare route.
-            url_key = scope["path"][len(REWARD_KEY_PREFIX):]
-            scope["path"], scope["raw_path"] = REWARD_PATH, REWARD_PATH.encode()
+        url_key = scope.get(REWARD_URL_KEY)  # taken out of /get_reward/<key> by app.api.routing
         state = scope.setdefault("state", {})
         state["limiter"] = self.limiter
         if self.tenants is not None and scope["path"] in OPEN_PATHS:

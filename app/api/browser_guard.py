@@ -14,7 +14,7 @@ A marked request is refused (403) when
   loopback user needs no key, so a rebound name is the whole attack), and with a tenants file
   once ``allowed_hosts`` is set (keys are per origin there, so a rebound page has none).
 
-Grading and reward routes also take JSON bodies only (see ``app.api.plain.parse_body``): no
+Grading and reward routes also take JSON bodies only (see ``app.api.bodies.parse_body``): no
 form or ``text/plain`` post, which a browser sends cross-site without asking first."""
 
 from __future__ import annotations

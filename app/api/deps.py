@@ -1,8 +1,9 @@
 """What routes get from the application, typed: the settings, the grading service and the
 readiness checks.
 
-FastAPI routes take them as ``Annotated`` dependencies (``SettingsDep``, ``GradingDep``); the plain
-Starlette routes of the hot path (grade.py, rewards.py) call ``settings_of`` and ``grading_of``."""
+FastAPI routes take them as ``Annotated`` dependencies (``SettingsDep``, ``GradingDep``); the
+routes of the hot path (grade.py, rewards.py), which take the ``Request`` alone, call
+``settings_of`` and ``grading_of``."""
 
 from __future__ import annotations
 

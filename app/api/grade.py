@@ -1,22 +1,21 @@
 """Grading endpoints: the hot path of an RL run.
 
-They are plain Starlette routes (see app/api/plain.py): FastAPI's per-request parameter machinery
-cost more than grading a numeric answer (measured: about a third of each request), so the body
-is validated by pydantic straight from the raw bytes and the result serialised by pydantic
-directly. OpenAPI still documents both (see ``openapi_paths``)."""
+Ordinary FastAPI path operations that read their body themselves (``parse_body``: pydantic
+straight from the raw bytes, a large body on a grading thread) and write their results with
+pydantic directly; the decorators document both."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
 from app.api.auth import charge_grades, tenant_of
+from app.api.bodies import RequestRoute, json_body, parse_body
 from app.api.deps import grading_of, settings_of
-from app.api.plain import NamedRoute, OperationDocs, parse_body
 from app.errors import ApiError, JobPending
 from app.graders.result import GradeResult
 from app.grading.models import GradeBatchRequest, GradeRequest
@@ -25,6 +24,14 @@ from app.grading.offload import off_loop
 PREFIX = "/v1"
 # Results serialised on the event loop; a larger batch's response is written on a grading thread.
 ON_LOOP_RESULTS = 8
+QUEUED: dict[int | str, dict[str, Any]] = {
+    202: {"description": "queued work still running after `wait`: {job_id, status, poll}"}}
+
+router = APIRouter(tags=["grade"], route_class=RequestRoute)
+
+
+class GradeBatchResponse(BaseModel):
+    results: list[GradeResult]
 
 
 def _json(payload: str) -> Response:
@@ -35,6 +42,8 @@ def pending_json(pending: JobPending) -> str:
     return json.dumps({"job_id": pending.job_id, "status": pending.status, "poll": f"{PREFIX}/jobs/{pending.job_id}"})
 
 
+@router.post(f"{PREFIX}/grade", summary="Grade one completion", response_model=GradeResult,
+             response_description="the verdict", responses=QUEUED, openapi_extra=json_body(GradeRequest))
 async def grade(request: Request) -> Response:
     body = await parse_body(request, GradeRequest)
     try:
@@ -44,6 +53,9 @@ async def grade(request: Request) -> Response:
     return _json(result.model_dump_json())
 
 
+@router.post(f"{PREFIX}/grade/batch", summary="Grade a batch, results in order", response_model=GradeBatchResponse,
+             response_description="the verdicts, in order", responses=QUEUED,
+             openapi_extra=json_body(GradeBatchRequest))
 async def grade_batch(request: Request) -> Response:
     batch = await parse_body(request, GradeBatchRequest)
     limit = settings_of(request).limits.max_grades_per_batch
@@ -59,25 +71,3 @@ async def grade_batch(request: Request) -> Response:
     # Results carry evidence (a rows answer's diffs): writing hundreds of them is grading-sized work.
     return _json(body() if len(results) <= ON_LOOP_RESULTS else await off_loop(body, tenant=tenant_of(request).name))
 
-
-# Added to the application's own router (see main.py), ahead of the included routers: a route
-# inside an included router costs an extra dispatch step per request.
-ROUTES = [
-    NamedRoute(f"{PREFIX}/grade", grade, methods=["POST"], include_in_schema=False),
-    NamedRoute(f"{PREFIX}/grade/batch", grade_batch, methods=["POST"], include_in_schema=False),
-]
-
-
-class GradeBatchResponse(BaseModel):
-    results: list[GradeResult]
-
-
-def openapi_paths() -> tuple[dict[str, Any], dict[str, Any]]:
-    """(paths, component schemas) documenting the two routes above."""
-    docs = OperationDocs()
-    queued = {"202": {"description": "queued work still running after `wait`: {job_id, status, poll}"}}
-    docs.post(f"{PREFIX}/grade", tag="grade", summary="Grade one completion", body=GradeRequest,
-              response=GradeResult, ok="the verdict", extra=queued)
-    docs.post(f"{PREFIX}/grade/batch", tag="grade", summary="Grade a batch, results in order",
-              body=GradeBatchRequest, response=GradeBatchResponse, ok="the verdicts, in order", extra=queued)
-    return docs.paths, docs.schemas

@@ -1,4 +1,5 @@
-"""A bound on how many JSON values a large body holds, checked before it is parsed.
+"""A bound on how many JSON values a large body holds, checked before it is parsed, and the
+outline of the body's top-level lists that lets it be parsed a piece at a time.
 
 Parsing JSON into Python objects holds the interpreter lock from start to end, so a body of a
 few megabytes made of hundreds of thousands of tiny values (a label object of 440,000 keys)
@@ -9,13 +10,18 @@ speed) and stops at the first bound passed:
 
 - an element of the body's lists (a batch item, a label, a query) holds at most
   ``MAX_ELEMENT_VALUES`` values and keys (a reference of a thousand rows is about 8,000);
-- a list of the body holds at most ``max_elements`` elements (the largest batch the limits allow).
+- a list of the body holds at most ``max_elements`` elements (the largest batch the limits
+  allow), and its top-level object at most as many keys.
 
-So the parse that follows holds the lock for a bounded time per element and in all."""
+On the way it notes where each element of a top-level list starts and ends (``Outline``), so
+that app/api/json_pieces.py can parse the elements one by one: the lock is then held for one
+element at a time, each bounded as above."""
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass, field
 
 from app.errors import ApiError
 
@@ -23,29 +29,91 @@ MAX_ELEMENT_VALUES = 64 * 1024
 # A JSON string (escapes included), or one punctuation mark: separators and openers count values.
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},:]')
 _OPEN, _CLOSE, _QUOTE = frozenset(b"[{"), frozenset(b"]}"), ord('"')
+_ARRAY, _COMMA, _COLON = ord("["), ord(","), ord(":")
+_JSON_SPACE = b" \t\r\n"
+
+Span = tuple[int, int]  # [start, end) in the body
 
 
-def check_json_budget(raw: bytes, max_elements: int) -> None:
-    """ApiError 413 if ``raw`` passes a bound (see the module docstring); malformed JSON is left
-    to the parser to describe."""
-    depth, in_element, elements = 0, 0, 0
+@dataclass
+class Outline:
+    """The top-level object's lists: key -> (the list's span, brackets included; its elements'
+    spans), and the keys that occur more than once (a parse keeps one of their values: such a
+    body is parsed whole)."""
+
+    arrays: dict[str, tuple[Span, list[Span]]] = field(default_factory=dict)
+    repeated: set[str] = field(default_factory=set)
+
+
+def _key(raw: bytes, token: re.Match[bytes] | None) -> str | None:
+    if token is None:
+        return None
+    try:
+        key = json.loads(raw[token.start():token.end()])
+    except ValueError:  # a bad escape: the parse describes it
+        return None
+    return key if isinstance(key, str) else None
+
+
+def outline_json(raw: bytes, max_elements: int) -> Outline:
+    """The body's ``Outline``; ApiError 413 if ``raw`` passes a bound (see the module
+    docstring). Malformed JSON is left to the parser to describe."""
+    outline = Outline()
+    depth, in_element, elements, keys = 0, 0, 0, 0
+    last_string: re.Match[bytes] | None = None  # the latest string of the top-level object
+    key: str | None = None  # the key whose value is being read
+    array_key: str | None = None  # the key of the list being outlined
+    array_start = element_start = 0
+    spans: list[Span] = []
+    seen: set[str] = set()
     for match in _TOKEN.finditer(raw):
-        mark = raw[match.start()]
+        at = match.start()
+        mark = raw[at]
         if mark == _QUOTE:
+            if depth == 1:
+                last_string = match
             continue
         if mark in _OPEN:
             depth += 1
+            if depth == 2 and mark == _ARRAY and key is not None:
+                array_key, array_start, element_start, spans = key, at, at + 1, []
         elif mark in _CLOSE:
             depth -= 1
             if depth <= 2:
                 in_element = 0
+            if depth == 1 and array_key is not None:
+                if spans or raw[element_start:at].strip(_JSON_SPACE):
+                    spans.append((element_start, at))
+                outline.arrays[array_key] = ((array_start, at + 1), spans)
+                array_key = None
+            continue
+        elif depth == 1:
+            if mark == _COLON:
+                key = _key(raw, last_string)
+                if key is not None and key in seen:
+                    outline.repeated.add(key)
+                seen.add(key or "")
+                keys += 1
+                if keys > max_elements:
+                    raise ApiError(413, "body_too_complex", f"this body's object holds more than {max_elements} keys")
+            else:
+                key = None
             continue
         if depth >= 3:  # inside an element of a top-level list (or a field's object)
             in_element += 1
             if in_element > MAX_ELEMENT_VALUES:
                 raise ApiError(413, "body_too_complex",
                                f"one item (or label) of this body holds more than {MAX_ELEMENT_VALUES} JSON values")
-        elif depth == 2 and mark == ord(","):
+        elif depth == 2 and mark == _COMMA:
             elements += 1
             if elements >= max_elements:
                 raise ApiError(413, "body_too_complex", f"a list of this body holds more than {max_elements} entries")
+            if array_key is not None:
+                spans.append((element_start, at))
+                element_start = at + 1
+    return outline
+
+
+def check_json_budget(raw: bytes, max_elements: int) -> None:
+    """ApiError 413 if ``raw`` passes a bound (see the module docstring)."""
+    outline_json(raw, max_elements)

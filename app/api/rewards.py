@@ -5,9 +5,9 @@ trainer labels, what the ``scaling_book`` package sends).
 The two label endpoints never fail a request for one item: an unreadable label, or a judge item
 on a service without a judge, is that item's unscored result, with the reason.
 
-Both are plain Starlette routes like the grading routes (a trainer calls them once per rollout
-batch, so they sit on the hot path too) and grade through the same ``GradingService``: a reward
-here is exactly the reward ``/v1/grade`` gives for the same item."""
+They read their bodies as the grading routes do (``parse_body``: a trainer calls them once per
+rollout batch, so they sit on the hot path too) and grade through the same ``GradingService``: a
+reward here is exactly the reward ``/v1/grade`` gives for the same item."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.auth import charge_grades, tenant_of
+from app.api.bodies import RequestRoute, json_body, parse_body
 from app.api.deps import grading_of, settings_of
 from app.api.openrlhf import response_from_query
-from app.api.plain import NamedRoute, OperationDocs, parse_body
+from app.api.routing import REWARD_PATH
 from app.errors import ApiError
 from app.graders.options import JudgeSpec
 from app.graders.result import GradeResult, Outcome
@@ -81,6 +82,9 @@ class LabelledResponse(BaseModel):
     results: list[GradeResult] = Field(description="in request order; unscored items say why in details.unscored")
 
 
+router = APIRouter(tags=["rewards"], route_class=RequestRoute)
+
+
 async def _check_size(request: Request, n: int) -> None:
     """Refuse more items than a batch may hold, then charge the tenant one token per item."""
     limit = settings_of(request).limits.max_grades_per_batch
@@ -108,6 +112,8 @@ async def _rewards(request: Request, items: list[GradeRequest], *, per_item_judg
                                  reward_only=True)
 
 
+@router.post("/v1/rewards", summary="Rewards for a batch of completions", response_model=RewardsResponse,
+             response_description="rewards in request order", openapi_extra=json_body(GradeBatchRequest))
 async def rewards(request: Request) -> Response:
     batch = await parse_body(request, GradeBatchRequest)
     await _check_size(request, len(batch.items))
@@ -115,6 +121,8 @@ async def rewards(request: Request) -> Response:
     return _json({"rewards": [r.reward if r.scored else None for r in results]})
 
 
+@router.post(REWARD_PATH, summary="OpenRLHF remote reward model", response_model=GetRewardResponse,
+             response_description="rewards in request order", openapi_extra=json_body(GetRewardRequest))
 async def get_reward(request: Request) -> Response:
     body = await parse_body(request, GetRewardRequest)
     n = len(body.query)
@@ -172,6 +180,8 @@ def _floats(values: list[float]) -> str:
     return "[" + ",".join(map(repr, values)) + "]"
 
 
+@router.post("/v1/grade/labelled", summary="Grade completions against trainer labels", response_model=LabelledResponse,
+             response_description="the verdicts, in order", openapi_extra=json_body(LabelledRequest))
 async def grade_labelled(request: Request) -> Response:
     body = await parse_body(request, LabelledRequest)
     await _check_size(request, len(body.items))
@@ -186,22 +196,3 @@ async def grade_labelled(request: Request) -> Response:
     return Response(content=written() if len(results) <= 8 else await off_loop(written, tenant=tenant_of(request).name),
                     media_type="application/json")
 
-
-# Wiring: app.router.routes[0:0] = grade.ROUTES + rewards.ROUTES (see the report / README).
-ROUTES = [
-    NamedRoute("/v1/rewards", rewards, methods=["POST"], include_in_schema=False),
-    NamedRoute("/get_reward", get_reward, methods=["POST"], include_in_schema=False),
-    NamedRoute("/v1/grade/labelled", grade_labelled, methods=["POST"], include_in_schema=False),
-]
-
-
-def openapi_paths() -> tuple[dict[str, Any], dict[str, Any]]:
-    """(paths, component schemas) documenting the routes above, for the app's OpenAPI hook."""
-    docs = OperationDocs()
-    docs.post("/v1/rewards", tag="rewards", summary="Rewards for a batch of completions", body=GradeBatchRequest,
-              response=RewardsResponse, ok="rewards in request order")
-    docs.post("/get_reward", tag="rewards", summary="OpenRLHF remote reward model", body=GetRewardRequest,
-              response=GetRewardResponse, ok="rewards in request order")
-    docs.post("/v1/grade/labelled", tag="rewards", summary="Grade completions against trainer labels",
-              body=LabelledRequest, response=LabelledResponse, ok="the verdicts, in order")
-    return docs.paths, docs.schemas

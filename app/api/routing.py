@@ -1,9 +1,16 @@
-"""The card's own paths and helpful 404s.
+"""Where a request lands: the one place that turns the paths clients may send into the paths the
+router knows, and helpful 404s.
 
 The service card names its endpoints without a version prefix (``GET /tasks``, ``POST /grade``);
 each is the twin of a ``/v1`` route: the same handler, the same authentication, the same OpenAPI
 operation. The twin is a rewrite of the request path before routing, not a second route, so the
 two cannot drift apart; the metrics label both by the ``/v1`` route.
+
+OpenRLHF posts to a bare URL from a fresh session, with no way to add a header: its tenants put a
+reward key in the path instead, ``/get_reward/<key>``. The key is taken out of the path here,
+before anything can see it (the body limits, the route, the metrics label, error logs and an
+access log, which reads this same scope, all get the bare route), and kept in the scope under
+``REWARD_URL_KEY`` for the tenant middleware.
 
 A path that names no route gets a 404 naming the nearest one, so that a typo (``/v1/grades``,
 ``/get_rewards``) says what was meant instead of a bare "Not Found"."""
@@ -18,6 +25,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 PREFIX = "/v1"
+REWARD_PATH = "/get_reward"
+REWARD_KEY_PREFIX = REWARD_PATH + "/"
+# The scope entry holding a reward key taken out of the path ("" for /get_reward/ with no key).
+REWARD_URL_KEY = "scaling_grader.reward_url_key"
 # Unprefixed paths answered by their /v1 twin: exact paths, and prefixes of parameterised ones.
 TWIN_PATHS = frozenset({"/tasks", "/grade", "/grade/batch", "/splits", "/rewards"})
 TWIN_PREFIXES = ("/tasks/", "/jobs/")
@@ -30,17 +41,30 @@ def twin_of(path: str) -> str | None:
     return None
 
 
-class UnprefixedTwins:
-    """ASGI middleware: rewrite a card path to its /v1 twin, in place (so that everything
-    downstream, the access log included, sees the one canonical path)."""
+def canonical_path(scope: dict[str, Any]) -> None:
+    """Rewrite ``scope`` in place to the path the router knows: a card path to its /v1 twin, a
+    reward URL to /get_reward with its key moved to ``scope[REWARD_URL_KEY]``."""
+    path = scope["path"]
+    if path.startswith(REWARD_KEY_PREFIX):
+        scope[REWARD_URL_KEY] = path[len(REWARD_KEY_PREFIX):]
+        target = REWARD_PATH
+    elif (twin := twin_of(path)) is not None:
+        target = twin
+    else:
+        return
+    scope["path"], scope["raw_path"] = target, target.encode()
+
+
+class CanonicalPaths:
+    """ASGI middleware, outside every other that looks at the path: ``canonical_path`` (so that
+    everything downstream, the access log included, sees the one canonical path)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and (target := twin_of(scope["path"])) is not None:
-            scope["path"] = target
-            scope["raw_path"] = target.encode()
+        if scope["type"] == "http":
+            canonical_path(scope)
         await self.app(scope, receive, send)
 
 

@@ -137,7 +137,8 @@ def _unmatched_posts(metrics: str) -> float:
 
 
 def test_metrics_label_the_grading_and_reward_routes(client: httpx.Client) -> None:
-    # These are plain Starlette routes (the hot path); each must be counted under its own path.
+    # The hot path (its own route class, called without FastAPI's parameter handling); each must
+    # be counted under its own path.
     # The server is shared with other test modules (some post to unknown paths): what counts is
     # that these requests add nothing to the unmatched series.
     unmatched_before = _unmatched_posts(client.get("/metrics").text)

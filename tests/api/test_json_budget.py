@@ -32,3 +32,13 @@ def test_a_batch_of_thousand_row_references_passes() -> None:
     rows = [{"name": "r", "x": i + 0.5} for i in range(1000)]
     item = {"reference": {"rows": rows}, "completion": json.dumps({"rows": rows[::-1]})}
     check_json_budget(json.dumps({"items": [item] * 100}).encode(), 512)
+
+
+def test_a_top_level_object_of_many_keys_is_refused() -> None:
+    """Not a list, so no element bound applies: its keys are bounded as a list's entries are
+    (GetRewardRequest ignores unknown keys, so they would all be parsed)."""
+    body = {f"k{j}": 1 for j in range(600)} | {"query": ["x"]}
+    with pytest.raises(ApiError) as refused:
+        check_json_budget(json.dumps(body).encode(), 512)
+    assert refused.value.status == 413 and "keys" in refused.value.detail
+    check_json_budget(json.dumps({f"k{j}": 1 for j in range(500)}).encode(), 512)

@@ -114,11 +114,12 @@ def test_malformed_json_and_oversized_batches_are_refused_without_echo(http: htt
     assert refused.status_code == 422 and str(limit) in refused.json()["detail"]
 
 
-def test_openapi_fragment_documents_both_routes_with_resolvable_schemas() -> None:
-    from app.api.rewards import openapi_paths
-
-    paths, schemas = openapi_paths()
-    assert set(paths) == {"/v1/rewards", "/get_reward", "/v1/grade/labelled"}
-    refs = re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps([paths, schemas]))
+def test_openapi_documents_the_reward_routes_with_resolvable_schemas(http: httpx.Client) -> None:
+    spec = http.get("/openapi.json").json()
+    for path in ("/v1/rewards", "/get_reward", "/v1/grade/labelled"):
+        body = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body["$ref"].startswith("#/components/schemas/")
+    schemas = spec["components"]["schemas"]
+    refs = re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(spec))
     assert refs and all(name in schemas for name in refs)
     assert "labels" in schemas["GetRewardRequest"]["properties"]
