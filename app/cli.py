@@ -23,6 +23,7 @@ from app.commands import (
     worker,
 )
 from app.commands import eval as eval_command
+from app.extensions import ENV, ExtensionError, load_extensions
 from app.settings import UnknownSettingError
 
 # One module per subcommand (or family of subcommands), each with register(subparsers).
@@ -44,6 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Its output may go to a reader that stops early (``| head``): then the
     command ends quietly, as the Python docs recommend (their note on SIGPIPE), instead of with a
     BrokenPipeError traceback, for every command at once."""
+    try:
+        load_extensions()
+    except ExtensionError as exc:
+        print(f"{ENV}: {exc}", file=sys.stderr)
+        return 2
     try:
         try:
             return _run(argv)

@@ -280,6 +280,10 @@ class Settings(BaseSettings):
     # Show expected values in responses to task-id grades when no tenants file is used (tenants
     # have their own `reveal_expected`). Off: a policy that reads its grade must not read the gold.
     reveal_expected: bool = False
+    # Modules that register splits and grading kinds, comma-separated import paths: read from the
+    # environment by app/extensions.py at every process's start (a lane's included), before these
+    # settings are; named here so that it is a known variable.
+    extensions: str = ""
 
     @field_validator("redis_url")
     @classmethod

@@ -5,6 +5,9 @@ or let a grader's word turn a fault into a reward."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -21,6 +24,7 @@ from app.settings import Settings, Tolerances
 from app.tasks import registry, splits
 from app.tasks.base import FiniteBank, Task, UnknownTask
 from app.tasks.splits import SplitSpec, is_held_out, register_split, split_spec, tolerance_for
+from tests.support.server import ROOT
 
 SETTINGS = Settings()
 
@@ -171,3 +175,23 @@ def test_a_registered_split_changes_no_other_splits_tasks_for_a_seed(own_registr
 def test_a_service_does_not_start_on_a_misspelt_held_out_setting() -> None:
     with pytest.raises(ValueError, match="exma"):
         GradingService(Settings(held_out={"splits": ["exam", "exma"]}))
+
+
+def test_extensions_are_loaded_once_from_the_variable_every_process_inherits() -> None:
+    # a fresh interpreter, as a worker's lane is: the registration comes from the variable alone
+    code = ("from app.extensions import load_extensions\n"
+            "from app.tasks.registry import split_names\n"
+            "from app.graders.kinds import grading_kinds\n"
+            "print(load_extensions(), load_extensions(), 'toy' in split_names(), 'toy_echo' in grading_kinds())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "SCALING_GRADER_EXTENSIONS": " tests.support.toy_extension , "})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[0] == "['tests.support.toy_extension'] [] True True"
+
+
+def test_an_extension_that_cannot_be_imported_stops_the_start() -> None:
+    done = subprocess.run([sys.executable, "-m", "app.cli", "tasks", "--split", "synthetic", "-n", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "SCALING_GRADER_EXTENSIONS": "no_such_module_here"})
+    assert done.returncode == 2
+    assert "no_such_module_here" in done.stderr and "Traceback" not in done.stderr

@@ -24,6 +24,7 @@ from typing import Any
 
 from rq.exceptions import StopRequested
 
+from app.extensions import load_extensions
 from app.graders.impl import sandbox_status
 from app.jobs import presence
 from app.redis_link import REDIS_ERRORS
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, help="the pid of the worker process that started the lane")
     args = parser.parse_args(argv)
     _die_with_parent(args.parent)
+    load_extensions()  # a lane is a fresh interpreter: the registrations its worker holds, again
     if not logging.getLogger().handlers:  # RQ configures only its own logger, in work()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("rq.worker").addFilter(QuietMaintenance())

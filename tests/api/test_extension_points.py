@@ -15,6 +15,7 @@ import httpx
 import pytest
 from rq import Queue
 
+from app.extensions import ENV
 from tests.support import toy_extension as toy
 from tests.support.impl_jobs import FAST_QUEUE
 from tests.support.server import ROOT, free_port, stop_process, wait_until_up
@@ -23,9 +24,10 @@ pytestmark = pytest.mark.slow  # real servers and a real worker
 
 
 def _toy_command(args: list[str], env: Mapping[str, str]) -> subprocess.Popen:
-    """The service's own command line in a process that registered the toy split and kind first."""
-    return subprocess.Popen([sys.executable, "-m", "tests.support.toy_extension", *args], cwd=ROOT,
-                            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """The service's own command line, with the toy split and kind named as an extension."""
+    return subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=ROOT,
+                            env={**os.environ, **env, ENV: "tests.support.toy_extension"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @contextmanager

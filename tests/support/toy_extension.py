@@ -1,14 +1,11 @@
 """A split and a grading kind added from outside the service, one registration each, as a newcomer
 would add theirs: the tests check that they then appear everywhere the built-in ones do.
 
-Run as a program it registers both and then hands over to the service's own command line, so a
-real server or worker process serves them: ``python -m tests.support.toy_extension serve ...``."""
+Named in SCALING_GRADER_EXTENSIONS (app/extensions.py), it is loaded by every process of the
+service: the server, the worker and each of the worker's lanes, as an operator's extension is."""
 
 from __future__ import annotations
 
-import sys
-
-from app.cli import main
 from app.graders.kinds import GraderSpec, register_grader
 from app.graders.options import GradeOptions
 from app.graders.result import GradeResult, Outcome
@@ -42,8 +39,3 @@ def grade_echo(task: Task, completion: str, options: GradeOptions, settings: Set
 def register() -> None:
     register_split(SplitSpec(name=SPLIT, load=toy_bank, tolerance=TOLERANCE, docs="docs/splits.md#adding-a-split"))
     register_grader(GraderSpec(kind=KIND, grade=grade_echo, queue=QUEUE))
-
-
-if __name__ == "__main__":
-    register()
-    raise SystemExit(main(sys.argv[1:]))
