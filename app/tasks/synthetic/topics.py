@@ -536,13 +536,16 @@ def oracle_nvl_allreduce(nbytes: float, racks: int, rack_egress: float) -> tuple
 def nvl_allreduce(d: Draws) -> Generated:
     nbytes = d.integer(1, 999) * 10.0 ** d.integer(7, 9)  # up to a 500e9-parameter model's bf16 gradient
     racks = d.choice((2, 4, 8, 16, 32))
+    # Each GPU holds a whole gradient: "a rack's gradient, sharded evenly over its GPUs" left nothing
+    # to sum within a rack, and read literally made the key the cross-rack phase alone.
     prompt = (
         f"{_rack_text(racks)[0].upper()}{_rack_text(racks)[1:]} are joined by a scale-out network: each "
         f"rack sends {NVL72_RACK_EGRESS:.6g} bytes/s to it in all, an equal share through each GPU's NIC, "
         "and its switches never limit. "
-        f"Every rack holds its own {nbytes:.6g}-byte gradient, sharded evenly over its GPUs. The "
-        "gradients are summed over the racks with a hierarchical AllReduce (first within each rack, then "
-        "across racks, then within each rack again), every phase bandwidth-optimal. How long does it "
+        f"Every GPU of every rack holds its own {nbytes:.6g}-byte gradient (pure data parallelism), and "
+        "every GPU must end with the sum over all GPUs of all racks, computed by a hierarchical AllReduce "
+        "(first within each rack, then across racks, then within each rack again), every phase "
+        "bandwidth-optimal. How long does it "
         f"take, ignoring latency, with the phases one after another? {ANSWER_ONE}"
     )
     params: dict[str, Any] = {"nbytes": nbytes, "racks": racks, "rack_egress": NVL72_RACK_EGRESS, "gpus": NVL72_GPUS,

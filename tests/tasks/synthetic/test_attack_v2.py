@@ -5,7 +5,10 @@ Found and fixed (each test failed before its fix): ``nvl_allgather`` stated the 
 array / NVLink bandwidth (two of the prompt's numbers) scored 1 on every task (the (G - 1) / G
 factor is 1.4% at G = 72, inside the 2% tolerance); ``spec_breakeven`` (a rate in (0, 1)) and
 ``bwd_dp_batch`` (a key from a few hundred chip/ring/byte combinations) each had one constant
-answer that scored above 6% on tasks it was not chosen on. The other attacks here found nothing
+answer that scored above 6% on tasks it was not chosen on; ``trace_comms`` (a collective every
+third op) 5.25%; ``nvl_allreduce`` said each rack's gradient was "sharded evenly over its GPUs",
+which read literally leaves nothing to sum within a rack (a solver reading only the prompt scored
+0); a v2 id with non-ASCII digits ("synthetic-v2/０/1") resolved. The other attacks here found nothing
 and stay as tests: a constant, 0, 1, a huge number, a shotgun of values, a range, an expression,
 LaTeX, and ids from another layout or malformed ids."""
 
@@ -228,3 +231,91 @@ def test_a_real_server_serves_the_fix_and_refuses_bad_ids_cleanly() -> None:
             assert "Traceback" not in graded.text and len(graded.text) < 2000, bad
             fetched = client.get(f"/v1/tasks/{bad}")
             assert 400 <= fetched.status_code < 500, (bad, fetched.status_code)
+
+
+# ---- keys recomputed from the prompt's text alone --------------------------------------------------
+
+def _num(pattern: str, prompt: str) -> float:
+    m = re.search(pattern, prompt)
+    assert m, (pattern, prompt[:300])
+    return float(m.group(1))
+
+
+_F = r"([\d.]+(?:e[+-]?\d+)?)"
+
+
+def _ring_allreduce(nbytes: float, chips: float, bidi: float) -> float:
+    # a ReduceScatter then an AllGather: each moves (n-1)/n of the array through each chip's links
+    return 2 * nbytes * (chips - 1) / chips / bidi
+
+
+def _solve_from_text(family: str, prompt: str) -> tuple[float, ...]:
+    """A solver written from the problem statements (the book's ring and AllToAll costs), reading
+    only the prompt: no params, no oracle."""
+    if family == "nvl_allreduce":
+        racks, w = _num(r"^(\d+) GB200", prompt), _num(rf"receives {_F} bytes/s over NVLink", prompt)
+        egress = _num(rf"each rack sends {_F} bytes/s", prompt)
+        if m := re.search(rf"Every rack holds its own {_F}-byte gradient, sharded evenly over its GPUs", prompt):
+            # the old wording: each GPU holds a distinct shard, so only the racks' shards are summed
+            return (_ring_allreduce(float(m.group(1)) / 72, racks, egress / 72),)
+        grad = _num(rf"Every GPU of every rack holds its own {_F}-byte gradient", prompt)
+        inside = _ring_allreduce(grad, 72, w)  # ReduceScatter + AllGather inside the rack
+        across = _ring_allreduce(grad / 72, racks, egress / 72)  # each GPU's shard through its NIC
+        return (inside + across,)
+    if family == "nvl_allgather":
+        w, shard = _num(rf"receives {_F} bytes/s", prompt), _num(rf"its own {_F}-byte shard", prompt)
+        return (71 * shard / w,)  # each GPU receives the other 71 shards
+    if family == "nvl_rack_to_rack":
+        nbytes, nic = _num(rf"holds {_F} bytes", prompt), _num(r"its own (\d+) Gbit/s NIC", prompt)
+        return (nbytes / (72 * nic * 1e9 / 8),)
+    if family in ("bwd_dp", "bwd_fsdp", "bwd_dp_batch"):
+        params = _num(rf"^An? {_F}-parameter", prompt)
+        chips, bidi = _num(r"(\d+) TPU [\w.]+ chips form", prompt), _num(rf"sends {_F} bytes/s in all", prompt)
+        if family == "bwd_fsdp":
+            gather = reduce = 2 * params * (chips - 1) / chips / bidi  # AllGather weights, ReduceScatter grads
+            return (gather + reduce,)
+        grad = _num(r"\((\d) bytes per parameter\)", prompt)
+        comm = _ring_allreduce(grad * params, chips, bidi)
+        if family == "bwd_dp":
+            return (comm,)
+        flops = _num(rf"peaks at {_F} bf16", prompt) * _num(r"sustains (\d+)%", prompt) / 100
+        return (comm / (4 * params / flops),)
+    if family == "bwd_tp":
+        layers, d = _num(r"a (\d+)-layer model", prompt), _num(r"D = (\d+)", prompt)
+        chips, tokens = _num(r"over (\d+) chips", prompt), _num(r"all (\d+) tokens", prompt)
+        bidi = _num(rf"sends {_F} bytes/s in all", prompt)
+        return (layers * _ring_allreduce(2 * tokens * d, chips, bidi),)  # dX of the first matmul, per layer
+    if family in ("spec_tokens", "spec_speedup", "spec_breakeven"):
+        k, p = _num(r"proposes (\d+) tokens", prompt), _num(rf"probability {_F}", prompt)
+        tokens = sum(p**i for i in range(int(k) + 1))
+        if family == "spec_tokens":
+            return (tokens,)
+        target = _num(rf"A target pass takes {_F} s", prompt)
+        if family == "spec_breakeven":
+            return ((tokens - 1) * target / k,)  # k * t_draft + target = tokens * target
+        draft = _num(rf"takes {_F} s per drafted token", prompt)
+        return (target / ((k * draft + target) / tokens),)
+    if family in ("pipe_idle", "pipe_saving", "pipe_micro"):
+        stages = _num(r"into (\d+) pipeline stages", prompt)
+        if family == "pipe_micro":
+            idle = _num(r"at or below (\d+)%", prompt) / 100
+            return (float(next(m for m in range(1, 10**6) if (stages - 1) / (m + stages - 1) <= idle + 1e-12)),)
+        micro = _num(r"with (\d+) microbatches", prompt)
+        if family == "pipe_idle":
+            return ((stages - 1) / (micro + stages - 1),)
+        fb = _num(rf"forward takes {_F} s", prompt) + _num(rf"its backward {_F} s", prompt)
+        return ((stages - 1) * fb, (micro + stages - 1) / micro)
+    raise KeyError(family)
+
+
+TEXT_SOLVED = ("nvl_allreduce", "nvl_allgather", "nvl_rack_to_rack", "bwd_dp", "bwd_fsdp", "bwd_dp_batch", "bwd_tp",
+               "spec_tokens", "spec_speedup", "spec_breakeven", "pipe_idle", "pipe_saving", "pipe_micro")
+
+
+@pytest.mark.parametrize("family", TEXT_SOLVED)
+def test_a_solver_reading_only_the_prompt_earns_the_key(family: str) -> None:
+    """nvl_allreduce said "every rack holds its own gradient, sharded evenly over its GPUs": read so,
+    nothing is summed within a rack, and the careful answer (the cross-rack phase) scored 0."""
+    for t in tasks_of(family, 40):
+        values = _solve_from_text(family, t.prompt)
+        assert reward(t, answer(t, list(values))) == 1.0, (t.id, values, t.gold)
