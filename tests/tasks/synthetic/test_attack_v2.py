@@ -214,6 +214,10 @@ def test_a_real_server_serves_the_fix_and_refuses_bad_ids_cleanly() -> None:
         assert [(t["id"], t["prompt"]) for t in served] == [(t.id, t.prompt) for t in listed_here]
         one = client.get(f"/v1/tasks/{gather[0].id}")
         assert one.status_code == 200 and one.json()["prompt"] == gather[0].prompt
+        # a client that wants the answers: neither the listing nor the task carries the key
+        for public, task in [(one.json(), gather[0]), *zip(served, listed_here, strict=True)]:
+            text = json.dumps(public)
+            assert "gold" not in public and all(g.split()[0] not in text for g in task.gold), task.id
         items = []
         for t in gather:
             # the old shortcut, the data the prompt states over the NVLink bandwidth
@@ -305,17 +309,102 @@ def _solve_from_text(family: str, prompt: str) -> tuple[float, ...]:
             return ((stages - 1) / (micro + stages - 1),)
         fb = _num(rf"forward takes {_F} s", prompt) + _num(rf"its backward {_F} s", prompt)
         return ((stages - 1) * fb, (micro + stages - 1) / micro)
+    return _solve_more(family, prompt)
+
+
+def _decode(prompt: str) -> tuple[float, float, float, float, float, float]:
+    return (_num(rf"^An? {_F}-parameter", prompt), _num(r"with (\d)-byte weights", prompt),
+            _num(r"on (\d+) [\w .]+ chips \(", prompt), _num(rf"\({_F} FLOP/s", prompt),
+            _num(rf"and {_F} bytes/s of HBM", prompt), _num(rf"KV cache holds {_F} bytes", prompt))
+
+
+def _solve_more(family: str, prompt: str) -> tuple[float, ...]:
+    if family.startswith("lt_"):
+        params, wb, chips, peak, hbm, kv = _decode(prompt)
+
+        def step(b: int) -> float:
+            return max((wb * params + b * kv) / (chips * hbm), 2 * params * b / (chips * peak))
+        if family == "lt_point":
+            b = int(_num(r"At a batch of (\d+) sequences", prompt))
+            return (step(b), b / step(b))
+        if family == "lt_knee":
+            return (float(next(b for b in range(1, 10**7)
+                               if 2 * params * b / peak >= (wb * params + b * kv) / hbm)),)
+        cap, target = _num(rf"Each chip has {_F} bytes of HBM", prompt), _num(rf"at most {_F} s", prompt)
+        b = 0
+        while wb * params + (b + 1) * kv <= chips * cap and step(b + 1) <= target:
+            b += 1
+        return (float(b),)
+    if family == "flash_kv_reads":
+        batch, heads = _num(r"batch (\d+)", prompt), _num(r"(\d+) heads", prompt)
+        hd, seq = _num(r"dimension (\d+)", prompt), _num(r"sequence length (\d+)", prompt)
+        tile = _num(r"tiles of (\d+) rows", prompt)
+        return (batch * heads * (seq / tile) * 2 * seq * hd * 2,)  # K and V of the head, per query tile
+    if family == "softmax_share":
+        hd, soft = _num(r"dimension (\d+)", prompt), _num(r"softmax costs (\d+) FLOPs", prompt)
+        return (soft / (soft + 2 * hd + 2 * hd),)
+    if family == "norm_share":
+        peak, hbm = _num(rf"\({_F} bf16 FLOP/s", prompt), _num(rf"{_F} bytes/s of HBM", prompt)
+        t, d = _num(r"activations \[(\d+),", prompt), _num(r"activations \[\d+, (\d+)\]", prompt)
+        f, nf = _num(r"weights \[\d+, (\d+)\]", prompt), _num(r"\((\d+) FLOPs per element", prompt)
+        norm = max(nf * t * d / peak, 2 * 2 * t * d / hbm)
+        mm = max(2 * t * d * f / peak, 2 * (t * d + d * f + t * f) / hbm)
+        return (norm / (norm + mm),)
+    if family in ("causal_flops", "causal_prefill"):
+        layers = _num(r"(\d+) layers", prompt)
+        heads, hd = _num(r"(\d+) (?:attention )?heads", prompt), _num(r"dimension (\d+)", prompt)
+        seq = _num(r"of (\d+) tokens", prompt)
+        attn = layers * heads * 4 * hd * seq * (seq + 1) / 2
+        if family == "causal_flops":
+            return (_num(r"batch of (\d+) sequences", prompt) * attn,)
+        params, peak = _num(rf"^An? {_F}-parameter", prompt), _num(rf"peak {_F} bf16", prompt)
+        return ((2 * params * seq + attn) / peak,)
+    if family == "causal_tiles":
+        seq, tile = _num(r"\[(\d+), \d+\] score", prompt), _num(r"tiles of (\d+) by", prompt)
+        rows = int(seq // tile)
+        computed = sum(r + 1 for r in range(rows))  # row r of tiles: columns 0..r hold an unmasked score
+        return (computed / rows**2, rows * tile * (tile - 1) / 2 / (computed * tile * tile))
+    if family in ("moe_dispatch", "moe_cross_node", "moe_ratio"):
+        tokens, k = _num(r"holds (\d+) tokens", prompt), _num(r"routed to (\d+) experts", prompt)
+        if family == "moe_cross_node":
+            nodes, nic = _num(r"over (\d+) nodes", prompt), _num(r"at (\d+) Gbit/s", prompt)
+            width = _num(r"of width (\d+)", prompt)
+            return (tokens * k * (nodes - 1) / nodes * width * 2 / (nic / 8 * 1e9),)
+        gpus, w = _num(r"(\d) [A-Z]\d+ GPUs", prompt), _num(rf"receives {_F} bytes/s over NVLink", prompt)
+        width = _num(r"of width (?:D = )?(\d+)", prompt)
+        one_way = tokens * k * (gpus - 1) / gpus * width * 2 / w
+        if family == "moe_dispatch":
+            return (one_way,)
+        f, peak = _num(r"F = (\d+)", prompt), _num(rf"\({_F} bf16 FLOP/s", prompt)
+        return (tokens * k * 2 * 3 * width * f / peak / (2 * one_way),)
+    events = [json.loads(line) for line in prompt.splitlines() if line.startswith("{")]
+    if family == "trace_comms":
+        busy = sum(e["dur"] for e in events if e["name"].split(".")[0] in
+                   ("all-gather", "reduce-scatter", "all-reduce", "all-to-all"))
+        return (busy / (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)),)
+    if family == "trace_mfu":
+        starts = sorted(e["ts"] for e in events)
+        step_time = (starts[-1] - starts[0]) / (len(starts) - 1) / 1e6
+        params, chips = _num(rf"^An? {_F}-parameter", prompt), _num(r"on (\d+) TPU", prompt)
+        peak, tokens = _num(rf"\({_F} bf16 FLOP/s each", prompt), _num(r"with (\d+) tokens per step", prompt)
+        return (6 * params * tokens / step_time / (chips * peak),)
+    if family == "trace_dot":
+        m = re.search(r"bf16\[(\d+),(\d+)\]\S* dot\(bf16\[(\d+),(\d+)\]\S* %p0, bf16\[(\d+),(\d+)\]", prompt)
+        assert m
+        rows, cols, _, inner, inner2, _ = (int(x) for x in m.groups())
+        assert inner == inner2
+        us, peak = _num(rf"taking {_F} microseconds", prompt), _num(rf"\({_F} bf16 FLOP/s at peak", prompt)
+        return (2 * rows * inner * cols / (us / 1e6) / peak,)
     raise KeyError(family)
 
 
-TEXT_SOLVED = ("nvl_allreduce", "nvl_allgather", "nvl_rack_to_rack", "bwd_dp", "bwd_fsdp", "bwd_dp_batch", "bwd_tp",
-               "spec_tokens", "spec_speedup", "spec_breakeven", "pipe_idle", "pipe_saving", "pipe_micro")
+TEXT_SOLVED = FAMILIES
 
 
 @pytest.mark.parametrize("family", TEXT_SOLVED)
 def test_a_solver_reading_only_the_prompt_earns_the_key(family: str) -> None:
     """nvl_allreduce said "every rack holds its own gradient, sharded evenly over its GPUs": read so,
     nothing is summed within a rack, and the careful answer (the cross-rack phase) scored 0."""
-    for t in tasks_of(family, 40):
+    for t in tasks_of(family, 100):
         values = _solve_from_text(family, t.prompt)
         assert reward(t, answer(t, list(values))) == 1.0, (t.id, values, t.gold)
