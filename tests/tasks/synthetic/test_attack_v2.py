@@ -408,3 +408,41 @@ def test_a_solver_reading_only_the_prompt_earns_the_key(family: str) -> None:
     for t in tasks_of(family, 100):
         values = _solve_from_text(family, t.prompt)
         assert reward(t, answer(t, list(values))) == 1.0, (t.id, values, t.gold)
+
+
+# ---- the exam items of the nine topics (issue 33) -----------------------------------------------------
+
+def _exam_numeric() -> list[Task]:
+    bank = get_bank("exam", SETTINGS)
+    return [t for t in bank.batch(seed=0, n=bank.size() or 0) if t.grading == "numeric"]
+
+
+def test_exam_nvl72_allgather_is_not_array_over_egress() -> None:
+    """exam/gpus/024 stated the whole array and "including the (N - 1)/N factor": the array over
+    the egress (two of its numbers) was 1.4% from the key, and the prompt named the factor."""
+    task = get_bank("exam", SETTINGS).get("exam/gpus/024")
+    assert "(N - 1)/N" not in task.prompt
+    nums = [float(m.group()) for m in _NUMBER.finditer(task.prompt)]
+    for a, b in itertools.permutations(nums, 2):
+        if b:
+            assert reward(task, f"Final answer: {a / b:.6g} s") == 0.0, (a, b)
+    assert reward(task, "Final answer: " + ", ".join(task.gold)) == 1.0
+
+
+@pytest.mark.xfail(strict=True, reason="exam/tpus/003: a 16x16 torus, key 16 hops, a number the prompt states "
+                                        "(an older item, not changed here)")
+def test_no_exam_numeric_key_is_one_of_its_prompts_numbers() -> None:
+    copied = []
+    for t in _exam_numeric():
+        if len(t.gold) == 1:
+            unit = units(t)[0]
+            if any(reward(t, f"Final answer: {float(m.group()):.6g} {unit}".strip()) == 1.0
+                   for m in _NUMBER.finditer(t.prompt)):
+                copied.append(t.id)
+    assert copied == []
+
+
+@pytest.mark.xfail(strict=True, reason="exam/gpus/008 states its hop count formula, (microbatches + stages - 2), "
+                                        "an older item not changed here")
+def test_exam_pipeline_item_states_no_hop_formula() -> None:
+    assert "(microbatches + stages - 2)" not in get_bank("exam", SETTINGS).get("exam/gpus/008").prompt
