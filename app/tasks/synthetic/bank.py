@@ -167,7 +167,8 @@ def load_bank(settings: Settings) -> SyntheticBank:
 SPLIT_V2 = "synthetic-v2"
 SLOTS_V2: tuple[tuple[str, ...], ...] = SLOTS + tuple(tuple(f.__name__ for f in fs) for fs in TOPICS.values())
 FAMILIES_V2: dict[str, Callable[[Draws], Generated]] = FAMILIES | TOPIC_FAMILIES
-_ID_V2 = re.compile(r"synthetic-v2/(\d{1,18})/(\d{1,18})")
+# ASCII digits only: \d also takes "０" or "٣", which int() reads, so one task had many ids.
+_ID_V2 = re.compile(r"synthetic-v2/([0-9]{1,18})/([0-9]{1,18})")
 PERIOD_V2 = len(SLOTS_V2) * math.lcm(*(len(slot) for slot in SLOTS_V2))
 if sorted(f for slot in SLOTS_V2 for f in slot) != sorted(FAMILIES_V2):
     raise RuntimeError("every layout-2 family must sit in exactly one slot")

@@ -95,33 +95,25 @@ def spec_speedup(d: Draws) -> Generated:
     return _gen("spec_speedup", prompt, (_plain(oracle_spec_speedup(**params)[0]),), "inference", SPEC_TAGS, params)
 
 
-def oracle_spec_breakeven(k: int, t_target: float, t_draft: float) -> tuple[float, ...]:
-    need = 1 + k * t_draft / t_target  # tokens a pass must yield to pay for its drafts
-    low, high = 0.0, 1.0
-    for _ in range(80):
-        mid = (low + high) / 2
-        if sum(mid**i for i in range(k + 1)) < need:
-            low = mid
-        else:
-            high = mid
-    return ((low + high) / 2,)
+def oracle_spec_breakeven(k: int, p: float, t_target: float) -> tuple[float, ...]:
+    # a pass yields sum p^i tokens (i = 0..k) for t_target + k * t_draft; plain decoding yields 1 per t_target
+    extra = sum(p**i for i in range(1, k + 1))
+    return (t_target * extra / k,)
 
 
 def spec_breakeven(d: Draws) -> Generated:
-    k = d.integer(2, 12)
+    # The key is a time, not the acceptance rate: a rate lives in (0, 1), where one constant answer
+    # sat within 2% of 6% of the keys (tests/tasks/synthetic/test_attack_v2.py).
+    k, p = d.integer(2, 12), d.integer(300, 980) / 1000
     t_target = d.integer(5, 80) / 1000
-    t_draft = round(t_target * d.integer(2, 60) / 100, 6)
     prompt = (
-        f"A small draft model proposes {k} tokens, then the target model checks all of them in one "
-        "forward pass. Each drafted token is accepted independently with the same probability; "
-        "checking stops at the first rejected token, and the target pass always adds one token of its "
-        f"own. A target pass takes {t_target} s and the draft model {t_draft} s per drafted token; "
-        "without speculation the target produces one token per pass. What is the lowest acceptance "
-        "probability at which speculation is no slower per generated token than plain decoding? "
-        f"Give a plain number between 0 and 1. {ANSWER_ONE.replace(' <unit>', '')}"
+        f"{_spec_rules(k, p)} A target pass takes {t_target} s whether it checks drafts or not; "
+        "without speculation the target produces one token per pass. What is the largest time per "
+        "drafted token the draft model may take for speculation to be no slower per generated token "
+        f"than plain decoding? {ANSWER_ONE}"
     )
-    params: dict[str, Any] = {"k": k, "t_target": t_target, "t_draft": t_draft}
-    return _gen("spec_breakeven", prompt, (_plain(oracle_spec_breakeven(**params)[0]),), "inference", SPEC_TAGS,
+    params: dict[str, Any] = {"k": k, "p": p, "t_target": t_target}
+    return _gen("spec_breakeven", prompt, (_q(oracle_spec_breakeven(**params)[0], "s"),), "inference", SPEC_TAGS,
                 params)
 
 
@@ -517,19 +509,21 @@ def _rack_text(racks: int | None = None) -> str:
     )
 
 
-def oracle_nvl_allgather(nbytes: float) -> tuple[float, ...]:
-    return (nbytes * (NVL72_GPUS - 1) / NVL72_GPUS / NVL72_NVLINK,)
+def oracle_nvl_allgather(shard: float) -> tuple[float, ...]:
+    return (shard * (NVL72_GPUS - 1) / NVL72_NVLINK,)
 
 
 def nvl_allgather(d: Draws) -> Generated:
-    nbytes = d.integer(1, 999) * 10.0 ** d.integer(7, 10)
+    # The prompt states one GPU's shard: stating the whole array made array / bandwidth (two of the
+    # prompt's numbers) a right answer, the (G - 1) / G factor being under 2% at G = 72.
+    shard = d.integer(1, 999) * 10.0 ** d.integer(6, 8)
     prompt = (
-        f"On {_rack_text()}, every GPU holds an equal shard of an array of {nbytes:.6g} bytes in all. "
+        f"On {_rack_text()}, every GPU holds its own {shard:.6g}-byte shard of an array. "
         "How long does a bandwidth-optimal AllGather that leaves the whole array on every GPU take, "
         f"ignoring latency? {ANSWER_ONE}"
     )
-    params: dict[str, Any] = {"nbytes": nbytes, "gpus": NVL72_GPUS, "nvlink": NVL72_NVLINK}
-    return _gen("nvl_allgather", prompt, (_q(oracle_nvl_allgather(nbytes)[0], "s"),), "gpus", NVL_TAGS, params)
+    params: dict[str, Any] = {"shard": shard, "gpus": NVL72_GPUS, "nvlink": NVL72_NVLINK}
+    return _gen("nvl_allgather", prompt, (_q(oracle_nvl_allgather(shard)[0], "s"),), "gpus", NVL_TAGS, params)
 
 
 def oracle_nvl_allreduce(nbytes: float, racks: int, rack_egress: float) -> tuple[float, ...]:
@@ -542,13 +536,16 @@ def oracle_nvl_allreduce(nbytes: float, racks: int, rack_egress: float) -> tuple
 def nvl_allreduce(d: Draws) -> Generated:
     nbytes = d.integer(1, 999) * 10.0 ** d.integer(7, 9)  # up to a 500e9-parameter model's bf16 gradient
     racks = d.choice((2, 4, 8, 16, 32))
+    # Each GPU holds a whole gradient: "a rack's gradient, sharded evenly over its GPUs" left nothing
+    # to sum within a rack, and read literally made the key the cross-rack phase alone.
     prompt = (
         f"{_rack_text(racks)[0].upper()}{_rack_text(racks)[1:]} are joined by a scale-out network: each "
         f"rack sends {NVL72_RACK_EGRESS:.6g} bytes/s to it in all, an equal share through each GPU's NIC, "
         "and its switches never limit. "
-        f"Every rack holds its own {nbytes:.6g}-byte gradient, sharded evenly over its GPUs. The "
-        "gradients are summed over the racks with a hierarchical AllReduce (first within each rack, then "
-        "across racks, then within each rack again), every phase bandwidth-optimal. How long does it "
+        f"Every GPU of every rack holds its own {nbytes:.6g}-byte gradient (pure data parallelism), and "
+        "every GPU must end with the sum over all GPUs of all racks, computed by a hierarchical AllReduce "
+        "(first within each rack, then across racks, then within each rack again), every phase "
+        "bandwidth-optimal. How long does it "
         f"take, ignoring latency, with the phases one after another? {ANSWER_ONE}"
     )
     params: dict[str, Any] = {"nbytes": nbytes, "racks": racks, "rack_egress": NVL72_RACK_EGRESS, "gpus": NVL72_GPUS,
@@ -649,9 +646,11 @@ def bwd_tp(d: Draws) -> Generated:
                 ("training.tensor-parallel",), params)
 
 
-def oracle_bwd_dp_batch(chips: int, grad_bytes: int, bidi: float, peak: float) -> tuple[float, ...]:
+def oracle_bwd_dp_batch(chips: int, grad_bytes: int, bidi: float, peak: float,
+                        utilisation_percent: int) -> tuple[float, ...]:
     # backward FLOPs 4 per parameter per token against the gradient's AllReduce; parameters cancel
-    return (peak * 2 * grad_bytes * (chips - 1) / chips / (4 * bidi),)
+    sustained = peak * utilisation_percent / 100
+    return (sustained * 2 * grad_bytes * (chips - 1) / chips / (4 * bidi),)
 
 
 def bwd_dp_batch(d: Draws) -> Generated:
@@ -659,18 +658,22 @@ def bwd_dp_batch(d: Draws) -> Generated:
     assert chip.ici_bandwidth_bidi is not None and chip.bf16_flops is not None
     n_params, chips = d.integer(1, 999) * 10.0 ** d.integer(7, 9), d.integer(2, 12)
     name, grad_bytes = d.choice((("bf16", 2), ("fp32", 4)))
+    # A sustained share of peak: without it the key took one of a few hundred values (chip, chips,
+    # bytes), and one constant answer sat within 2% of 6.5% of them (test_attack_v2.py).
+    utilisation = d.integer(30, 80)
     prompt = (
         f"{_lead(n_params)}-parameter model is trained with pure data parallelism. "
         f"{_ring_text(chips, chip.name, chip.ici_bandwidth_bidi)}; "
-        f"each chip computes {chip.bf16_flops:.6g} bf16 FLOP/s. The backward pass costs 4 FLOPs per "
-        f"parameter per token, and the {name} gradients ({grad_bytes} bytes per parameter) are summed "
-        "over the chips "
+        f"each chip peaks at {chip.bf16_flops:.6g} bf16 FLOP/s and sustains {utilisation}% of that in the "
+        f"backward pass. The backward pass costs 4 FLOPs per parameter per token, and the {name} gradients "
+        f"({grad_bytes} bytes per parameter) are summed over the chips "
         "while it runs. How many tokens per chip per step must the batch hold at the least for the "
         f"backward pass's compute to take as long as that communication? {ANSWER_ONE.replace('<unit>', 'tokens')}"
     )
     params: dict[str, Any] = {"params": n_params, "chips": chips, "grad_bytes": grad_bytes,
-                              "bidi": chip.ici_bandwidth_bidi, "peak": chip.bf16_flops}
-    batch = oracle_bwd_dp_batch(chips, grad_bytes, chip.ici_bandwidth_bidi, chip.bf16_flops)
+                              "bidi": chip.ici_bandwidth_bidi, "peak": chip.bf16_flops,
+                              "utilisation_percent": utilisation}
+    batch = oracle_bwd_dp_batch(chips, grad_bytes, chip.ici_bandwidth_bidi, chip.bf16_flops, utilisation)
     return _gen("bwd_dp_batch", prompt, (_q(batch[0], "tokens"),), "training", ("training.data-parallel",), params)
 
 
@@ -696,8 +699,11 @@ def _trace_lines(events: list[tuple[str, float, float]]) -> str:
 def trace_comms(d: Draws) -> Generated:
     events: list[tuple[str, float, float]] = []
     ts = float(d.integer(1000, 90000))
+    # how often a collective comes varies too: with every third op one, the shares gathered near
+    # 0.3 and one constant answer scored 5% (tests/tasks/synthetic/test_attack_v2.py)
+    every = d.integer(2, 5)
     for i in range(d.integer(5, 10)):
-        ops = COLLECTIVE_OPS if i % 3 == 1 else COMPUTE_OPS
+        ops = COLLECTIVE_OPS if i % every == 1 else COMPUTE_OPS
         dur = d.integer(50, 5000) / 10
         events.append((f"{d.choice(ops)}.{d.integer(1, 99)}", ts, dur))
         ts = round(ts + dur + d.integer(0, 400) / 10, 1)  # gaps: the chip waits

@@ -68,7 +68,7 @@ INDEPENDENT = {
     "exam/gpus/021": lambda a: (a["nbytes"] / 8) * (7 / 8) / a["w"],
     "exam/gpus/022": lambda a: a["nbytes"] * (a["k"] / 8) / (8 * a["w"]),
     "exam/gpus/023": lambda a: (2 * a["eb"] / a["w"]) * a["peak"] / 6,
-    "exam/gpus/024": lambda a: (a["nbytes"] / 72) * 71 / 9e11,
+    "exam/gpus/024": lambda a: a["shard"] * 71 / 9e11,
     "exam/gpus/025": lambda a: 2 * a["nbytes"] / (a["gpus"] * a["nic"] / 8),
     "exam/gpus/026": lambda a: a["f"] / (a["peak"] / a["w"]),
     "exam/training/021": lambda a: (a["s"] - 1) / (a["m"] + a["s"] - 1),

@@ -162,8 +162,8 @@ INDEPENDENT: dict[str, Callable[[dict[str, Any], str], tuple[float, ...]]] = {
     "spec_speedup": lambda p, _: (
         _accepted_distribution(p["k"], p["p"]) / (p["k"] * p["t_draft"] + p["t_target"]) * p["t_target"],),
     "spec_breakeven": lambda p, _: (_bisect(
-        lambda a: _accepted_distribution(p["k"], a) * p["t_target"] - (p["k"] * p["t_draft"] + p["t_target"]),
-        1e-12, 1 - 1e-12),),
+        lambda t: (p["k"] * t + p["t_target"]) - _accepted_distribution(p["k"], p["p"]) * p["t_target"],
+        0.0, p["k"] * p["t_target"]),),
     "flash_kv_reads": lambda p, _: (
         p["batch"] * p["heads"] * (p["seq"] / p["q_tile"]) * (2 * p["seq"] * p["head_dim"] * 2),),
     "softmax_share": lambda p, _: (
@@ -192,7 +192,7 @@ INDEPENDENT: dict[str, Callable[[dict[str, Any], str], tuple[float, ...]]] = {
     "pipe_saving": lambda p, _: ((p["stages"] - 1) * (p["fwd"] + p["bwd"]), 1 + (p["stages"] - 1) / p["micro"]),
     "pipe_micro": lambda p, _: (float(_smallest(
         lambda m: Fraction(p["stages"] - 1, m + p["stages"] - 1) <= Fraction(p["idle_percent"], 100))),),
-    "nvl_allgather": lambda p, _: ((p["nbytes"] - p["nbytes"] / 72) / 900e9,),
+    "nvl_allgather": lambda p, _: ((72 * p["shard"] - p["shard"]) / 900e9,),
     "nvl_allreduce": lambda p, _: (_nvl_allreduce(p),),
     "nvl_rack_to_rack": lambda p, _: (p["nbytes"] * 8 / (72 * p["nic_gbit"] * 1e9),),
     "bwd_dp": lambda p, _: (2 * (p["chips"] - 1) * (p["grad_bytes"] * p["params"] / p["chips"]) / p["bidi"],),
@@ -201,7 +201,7 @@ INDEPENDENT: dict[str, Callable[[dict[str, Any], str], tuple[float, ...]]] = {
         p["layers"] * 2 * (p["chips"] - 1) / p["chips"] * 2 * p["tokens"] * p["d_model"] / p["bidi"],),
     "bwd_dp_batch": lambda p, _: (
         (2 * (p["chips"] - 1) / p["chips"] * p["grad_bytes"] * p["params"] / p["bidi"])
-        / (4 * p["params"] / p["peak"]),),
+        / (4 * p["params"] / (p["peak"] * p["utilisation_percent"] / 100)),),
     "trace_comms": lambda _, prompt: (_comms_share(_trace_events(prompt)),),
     "trace_mfu": lambda p, prompt: (
         6 * p["params"] * p["tokens"] / p["chips"] / p["peak"]
@@ -282,7 +282,7 @@ def _score(task: Task, values: list[float]) -> float:
 # A family with a continuous key still has a densest 2% band: the policy that always answers the
 # key found most often wins where the draws fall in that band. On these ATTACK_SAMPLE tasks per
 # family (seeds 0 to 149) the worst family scored 0.04 this way and 0.033 by copying the best of
-# the prompt's numbers; on another sample of 200, spec_breakeven's common key (near 0.6) scored 0.07.
+# the prompt's numbers (test_attack_v2.py checks constants out of sample and ratios of two numbers).
 ATTACK_SAMPLE = 150
 COMMON_AT_MOST, COPIED_AT_MOST = 0.05, 0.05
 

@@ -116,14 +116,16 @@ def expert_parallel_min_width(k, eb, peak, w):
 
 # ---- GB200 NVL72 ----------------------------------------------------------------------------
 
+# The prompt states a GPU's shard and no (N - 1)/N factor: with the whole array stated, array /
+# egress (two of the prompt's numbers) was within 2% of the key (tests/tasks/synthetic/test_attack_v2.py).
 @numeric(24, ("gpus.networking", "gpus.collectives"), "s", """
     A GB200 NVL72 NVLink domain joins 72 GPUs, each with 9e11 bytes/s of one-way NVLink egress.
-    How long does an AllGather of a {nbytes}-byte array over all 72 GPUs take, including the
-    (N - 1)/N factor?""",
-    nbytes=1e10)
-def nvl72_allgather(nbytes):
+    Each GPU holds its own {shard}-byte shard of an array. How long does an AllGather that leaves
+    the whole array on every GPU take?""",
+    shard=1.5e8)
+def nvl72_allgather(shard):
     n = 72
-    return nbytes * (n - 1) / (n * 9e11)
+    return shard * (n - 1) / 9e11
 
 
 @numeric(25, ("gpus.fat-tree", "gpus.collectives"), "s", """
