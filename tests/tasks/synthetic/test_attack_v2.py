@@ -429,8 +429,6 @@ def test_exam_nvl72_allgather_is_not_array_over_egress() -> None:
     assert reward(task, "Final answer: " + ", ".join(task.gold)) == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="exam/tpus/003: a 16x16 torus, key 16 hops, a number the prompt states "
-                                        "(an older item, not changed here)")
 def test_no_exam_numeric_key_is_one_of_its_prompts_numbers() -> None:
     copied = []
     for t in _exam_numeric():
@@ -442,7 +440,6 @@ def test_no_exam_numeric_key_is_one_of_its_prompts_numbers() -> None:
     assert copied == []
 
 
-@pytest.mark.xfail(strict=True, reason="exam/gpus/008 states its hop count formula, (microbatches + stages - 2), "
-                                        "an older item not changed here")
 def test_exam_pipeline_item_states_no_hop_formula() -> None:
-    assert "(microbatches + stages - 2)" not in get_bank("exam", SETTINGS).get("exam/gpus/008").prompt
+    prompt = get_bank("exam", SETTINGS).get("exam/gpus/008").prompt
+    assert "microbatches + stages" not in prompt and "hops" not in prompt

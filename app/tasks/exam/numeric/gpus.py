@@ -69,9 +69,10 @@ def gpu_tp_limit(f, w, peak):
 
 @numeric(8, "gpus.rooflines", "s", """
     A pipeline with {stages} stages and {micro} microbatches sends bf16 activations of a batch of
-    {batch} tokens and width {d} ({b} bytes per element) between stages over {w} bytes/s. Each hop
-    carries one microbatch's activations and there are (microbatches + stages - 2) hops. What is
-    the total pipeline communication time?""",
+    {batch} tokens and width {d} ({b} bytes per element) between stages over {w} bytes/s: the batch
+    is split evenly into the microbatches, each link carries one microbatch at a time, compute
+    takes no time, and a microbatch moves on to the next stage as soon as it has arrived. How long
+    after the first send does the last microbatch reach the last stage?""",
     stages=16, micro=32, batch=1048576, d=8192, b=2, w=4e11)
 def pipeline_comms(stages, micro, batch, d, b, w):
     return b * batch * d / (w * micro) * (micro + stages - 2)

@@ -31,7 +31,7 @@ def hbm_sweep(hbm, bw, peak):
     A slice is a {x}x{y} two-dimensional torus with wraparound links on both axes, and each chip
     talks only to its nearest neighbours. What is the largest number of ICI hops a message needs
     between any two chips?""",
-    x=16, y=16)
+    x=16, y=8)
 def torus_max_hops(x, y):
     return fm.torus_diameter(x, y)
 
