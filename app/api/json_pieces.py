@@ -25,7 +25,8 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 
-from app.api.json_budget import Outline
+from app.api.json_budget import MAX_ELEMENT_VALUES, Outline
+from app.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -114,7 +115,14 @@ def validate_in_pieces(model: type[M], raw: bytes, outline: Outline) -> M:
         raise InvalidBody([_TOO_DEEP_ERROR])
     lists = _lists(model).fields
     split = {name: spans for name, (_, spans) in outline.arrays.items() if name in lists}
-    if not split or outline.repeated & split.keys():
+    if outline.repeated & split.keys():
+        split = {}
+    # What is not split (other fields, ignored ones, or the whole body) is parsed in one go,
+    # holding the interpreter lock throughout: bounded like one piece.
+    if sum(n for name, n in outline.values.items() if name not in split) > MAX_ELEMENT_VALUES:
+        raise ApiError(413, "body_too_complex",
+                       f"this body holds more than {MAX_ELEMENT_VALUES} JSON values outside its lists' items")
+    if not split:
         return model.model_validate_json(raw)
     # The envelope: the body with each split list emptied.
     parts, at = [], 0

@@ -33,7 +33,9 @@ from app.api.errors import describe_validation_errors
 from app.api.json_budget import outline_json
 from app.api.json_pieces import InvalidBody, validate_in_pieces
 from app.api.rewards import GetRewardRequest, LabelledRequest
+from app.errors import ApiError
 from app.grading.models import GradeBatchRequest
+from app.settings import Settings
 from app.tenants import new_key
 from tests.support.server import logged_server, running_server
 
@@ -249,3 +251,49 @@ def test_stalled_aborted_and_concurrent_large_uploads_leave_healthz_answered_and
             assert http.get("/healthz").status_code == 200
             assert _five_xx(http.get("/metrics").text) == []
     assert "Traceback" not in (tmp_path / "server.log").read_text(errors="replace")
+
+
+# --- bounds that must hold for the whole body, not only its list items -------------------------
+
+def test_a_legal_reward_batch_of_the_largest_size_is_not_refused_as_too_complex() -> None:
+    # Found: the entries of all lists were counted together, so an OpenRLHF body of 400 rollouts
+    # (queries, prompts and labels: three lists of 400, under max_grades_per_batch) got 413.
+    settings = Settings()
+    n = settings.limits.max_grades_per_batch
+    prompts = [f"Question {i}: " + "how long does the all-reduce take? " * 4 for i in range(n)]
+    body = {"query": [f"{p} Final answer: {i} s" for i, p in enumerate(prompts)], "prompts": prompts,
+            "labels": [f"{i if i % 2 else 2 * i + 1} s" for i in range(n)]}
+    raw = json.dumps(body).encode()
+    assert len(raw) > ON_LOOP_BODY_BYTES
+    with running_server() as url:
+        answer = httpx.post(url + "/get_reward", content=raw, timeout=120,
+                            headers={"content-type": "application/json"})
+    assert answer.status_code == 200, answer.text[:300]
+    assert answer.json()["rewards"] == [0.0 if i % 2 == 0 else 1.0 for i in range(n)]
+
+
+TINY = b"[" + b",".join([b"1"] * 60_000) + b"]"  # under the bound for one piece
+
+
+@pytest.mark.parametrize("body", [
+    b'{"query": ["x"], "ignored": [' + b",".join([TINY] * 3) + b"]}",  # an ignored field
+    b'{"query": ["x"], "ignored": {"a": ' + TINY + b', "b": ' + TINY + b"}}",
+    b'{"query": "x", "labels": {"a": ' + TINY + b', "b": ' + TINY + b"}}",  # nothing split: parsed whole
+    b'{"query": ["x"], "labels": [' + b",".join([TINY] * 3) + b'], "labels": []}',  # a list key twice
+])
+def test_what_is_parsed_in_one_go_is_bounded_like_one_piece(body: bytes) -> None:
+    # Found: the rest of the body beside the split lists (an ignored field of up to a batch
+    # body's hundred megabytes of tiny values) was parsed in one go, holding the interpreter
+    # lock (and the event loop) for seconds.
+    with pytest.raises(ApiError) as refused:
+        validate_in_pieces(GetRewardRequest, body, outline_json(body, 1024))
+    assert refused.value.status == 413 and refused.value.error == "body_too_complex"
+
+
+def test_an_oversized_ignored_field_is_refused_on_a_real_server() -> None:
+    body = b'{"query": ["x"], "labels": ["1 s"], "ignored": [' + b",".join([TINY] * 3) + b"]}"
+    with running_server() as url:
+        answer = httpx.post(url + "/get_reward", content=body, timeout=120,
+                            headers={"content-type": "application/json"})
+        assert (answer.status_code, answer.json()["error"]) == (413, "body_too_complex")
+        assert httpx.get(url + "/healthz", timeout=30).status_code == 200
