@@ -164,12 +164,13 @@ def test_a_large_body_is_answered_as_its_small_twin_on_a_real_server() -> None:
 REWARD_BODY = b'{"query": ["Final answer: 1 s"], "labels": ["1 s"]}'
 
 
-def _post_raw(url: str, target: bytes, body: bytes = REWARD_BODY) -> tuple[int, bytes]:
+def _post_raw(url: str, target: bytes, body: bytes = REWARD_BODY, headers: bytes = b"Content-Type: application/json\r\n"
+              ) -> tuple[int, bytes]:
     """POST with the request target sent byte for byte (no client normalises it)."""
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as s:
-        s.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (target, len(body), body))
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                  % (target, headers, len(body), body))
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -199,6 +200,13 @@ def test_a_reward_key_anywhere_else_grades_nothing_and_is_never_printed(tmp_path
             status, payload = _post_raw(url, target)
             assert status == 401, target.replace(k, b"KEY")
             assert k not in payload and b"Traceback" not in payload
+        # a page on another site posting a form (no preflight) to the reward URL grades nothing
+        for cross_site in (b"Content-Type: text/plain\r\nOrigin: https://evil.example\r\n"
+                           b"Sec-Fetch-Site: cross-site\r\n",
+                           b"Content-Type: application/x-www-form-urlencoded\r\nOrigin: https://evil.example\r\n",
+                           b"Content-Type: text/plain\r\n"):
+            status, payload = _post_raw(url, b"/get_reward/" + k, headers=cross_site)
+            assert status in (403, 415) and b"rewards" not in payload, cross_site
         # the tenant's own key does not work as a reward URL key either (nor the reverse)
         assert _post_raw(url, b"/get_reward/" + key.encode())[0] == 401
         # a very long path: refused before anything, without the key coming back
