@@ -15,6 +15,7 @@ a time (app/api/json_pieces.py), a body deadline on asyncio.timeout_at (app/obse
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
@@ -27,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 
 from app.api.bodies import ON_LOOP_BODY_BYTES
 from app.api.errors import describe_validation_errors
@@ -35,6 +37,7 @@ from app.api.json_pieces import InvalidBody, validate_in_pieces
 from app.api.rewards import GetRewardRequest, LabelledRequest
 from app.errors import ApiError
 from app.grading.models import GradeBatchRequest
+from app.observability import BodyLimitMiddleware
 from app.settings import Settings
 from app.tenants import new_key
 from tests.support.server import logged_server, running_server
@@ -305,3 +308,39 @@ def test_an_oversized_ignored_field_is_refused_on_a_real_server() -> None:
                             headers={"content-type": "application/json"})
         assert (answer.status_code, answer.json()["error"]) == (413, "body_too_complex")
         assert httpx.get(url + "/healthz", timeout=30).status_code == 200
+
+
+def test_a_client_that_stalls_in_a_large_body_slot_gives_it_back_after_the_grace() -> None:
+    # Found: the deadline is the whole announced length at the slowest allowed rate, so two
+    # clients announcing a 100 MB batch, sending just past the large-body threshold and going
+    # silent, held both large-body slots for minutes (every other large body waited).
+    async def stalls(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            while (await receive()).get("more_body"):
+                pass
+            status = 200
+        except HTTPException as exc:
+            status = exc.status_code
+        await send({"type": "http.response.start", "status": status, "headers": []})
+
+    async def run() -> int:
+        sent: list[dict[str, Any]] = []
+        pending = [b" " * 500]
+
+        async def receive() -> dict[str, Any]:
+            if pending:
+                return {"type": "http.request", "body": pending.pop(0), "more_body": True}
+            await asyncio.Event().wait()  # silent from here on
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        # a whole-length deadline of 0.5 s + 10 MB at 1 kB/s: hours
+        middleware = BodyLimitMiddleware(stalls, max_bytes=100, path_limits={"/v1/grade/batch": 10**7},
+                                         large_bodies=1, grace_seconds=0.5, min_bytes_per_second=1000)
+        scope = {"type": "http", "path": "/v1/grade/batch", "headers": [(b"content-length", b"10000000")]}
+        await asyncio.wait_for(middleware(scope, receive, send), 30)
+        return int(sent[0]["status"])
+
+    assert asyncio.run(run()) == 408
