@@ -191,7 +191,10 @@ class BodyLimitMiddleware:
     A body must arrive whole within ``grace_seconds`` plus its length (Content-Length, else the
     limit) at ``min_bytes_per_second``, else 408: a client that stops half-way does not hold the
     buffered part, nor a large-body slot, for longer than that. Time spent waiting for a slot is
-    not counted against the client."""
+    not counted against the client. A client holding a slot must also keep sending: a wait of
+    more than ``grace_seconds`` for its next bytes is a 408 at once (else two clients that send
+    just past ``max_bytes`` of a 100 MB announcement and stall keep every large body waiting for
+    minutes)."""
 
     def __init__(self, app: Any, max_bytes: int, path_limits: dict[str, int] | None = None,
                  large_bodies: int = 2, grace_seconds: float = 15.0,
@@ -229,7 +232,8 @@ class BodyLimitMiddleware:
             try:
                 # a deadline on this task, not wait_for's task per message (a third of the
                 # middleware's cost on a small request)
-                async with asyncio.timeout_at(deadline):
+                until = min(deadline, loop.time() + self.grace_seconds) if holding else deadline
+                async with asyncio.timeout_at(until):
                     message = await receive()
             except TimeoutError:
                 raise HTTPException(408, "the request body did not arrive in time") from None

@@ -38,11 +38,17 @@ Span = tuple[int, int]  # [start, end) in the body
 @dataclass
 class Outline:
     """The top-level object's lists: key -> (the list's span, brackets included; its elements'
-    spans), and the keys that occur more than once (a parse keeps one of their values: such a
-    body is parsed whole)."""
+    spans), the keys that occur more than once (a parse keeps one of their values: such a
+    body is parsed whole), and how deep its arrays and objects nest (the parser refuses a body
+    nested past its limit, which an element parsed alone, two levels shallower, may not reach:
+    ``depth`` is the most arrays and objects any value of the body is inside), and how many
+    values each key's value holds (``values``: what is not parsed a piece at a time is parsed
+    in one go, and must be bounded like one piece)."""
 
     arrays: dict[str, tuple[Span, list[Span]]] = field(default_factory=dict)
     repeated: set[str] = field(default_factory=set)
+    depth: int = 0
+    values: dict[str, int] = field(default_factory=dict)
 
 
 def _key(raw: bytes, token: re.Match[bytes] | None) -> str | None:
@@ -53,6 +59,15 @@ def _key(raw: bytes, token: re.Match[bytes] | None) -> str | None:
     except ValueError:  # a bad escape: the parse describes it
         return None
     return key if isinstance(key, str) else None
+
+
+def _nesting(raw: bytes, close: int, depth: int) -> int:
+    """How many containers the deepest value of the one closed at ``close`` (at ``depth``) is
+    inside: ``depth`` if it holds anything, else one fewer (its own)."""
+    before = close - 1
+    while before > 0 and raw[before] in _JSON_SPACE:
+        before -= 1
+    return depth - 1 if raw[before] in _OPEN else depth
 
 
 def outline_json(raw: bytes, max_elements: int) -> Outline:
@@ -66,6 +81,7 @@ def outline_json(raw: bytes, max_elements: int) -> Outline:
     array_start = element_start = 0
     spans: list[Span] = []
     seen: set[str] = set()
+    value_tokens = 0  # in the value of ``key`` so far
     for match in _TOKEN.finditer(raw):
         at = match.start()
         mark = raw[at]
@@ -73,12 +89,22 @@ def outline_json(raw: bytes, max_elements: int) -> Outline:
             if depth == 1:
                 last_string = match
             continue
+        if depth >= 2:
+            value_tokens += 1
         if mark in _OPEN:
             depth += 1
+            if depth == 2:
+                elements = 0  # each list is bounded on its own
             if depth == 2 and mark == _ARRAY and key is not None:
                 array_key, array_start, element_start, spans = key, at, at + 1, []
         elif mark in _CLOSE:
+            if depth >= outline.depth:
+                outline.depth = max(outline.depth, _nesting(raw, at, depth))
             depth -= 1
+            if depth == 1:
+                name = key or ""
+                outline.values[name] = outline.values.get(name, 0) + value_tokens
+                value_tokens = 0
             if depth <= 2:
                 in_element = 0
             if depth == 1 and array_key is not None:

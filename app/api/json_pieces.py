@@ -11,9 +11,10 @@ hands the lock over, so the loop waits for one element at most.
 The answer is the same as the whole body's: each piece is validated by the same validator the
 model applies to it (the element type, with the model's configuration), errors are put back in
 the order pydantic reports them (fields in declaration order, a list's elements in order, then
-unknown keys), and a body that is not valid JSON anywhere is refused as one. A model this cannot
-reproduce exactly (validators on the model or its lists, aliases, a list key given twice) is
-validated whole."""
+unknown keys), and a body that is not valid JSON anywhere (nested past the parser's limit
+included: an element parsed alone sits two levels shallower than in the body) is refused as one.
+A model this cannot reproduce exactly (validators on the model or its lists, aliases, a list key
+given twice) is validated whole."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 
-from app.api.json_budget import Outline
+from app.api.json_budget import MAX_ELEMENT_VALUES, Outline
+from app.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -85,12 +87,42 @@ def _errors(exc: ValidationError, prefix: tuple[Any, ...]) -> list[dict[str, Any
     return [{**e, "loc": (*prefix, *e["loc"])} for e in exc.errors(include_url=False)]
 
 
+def _nesting_refusal() -> tuple[int, dict[str, Any]]:
+    """The fewest arrays around a value that the JSON parser refuses, and its error for it
+    (found by asking the parser, so that a new pydantic's limit is the one applied)."""
+    low, high = 1, 4096  # low parses, high is refused
+    while high - low > 1:
+        middle = (low + high) // 2
+        try:
+            TypeAdapter(Any).validate_json(b"[" * middle + b"0" + b"]" * middle)
+            low = middle
+        except ValidationError:
+            high = middle
+    try:
+        TypeAdapter(Any).validate_json(b"[" * high + b"0" + b"]" * high)
+    except ValidationError as exc:
+        return high, {**exc.errors(include_url=False, include_input=False)[0], "loc": ()}
+    raise AssertionError("the parser refused this depth a moment ago")
+
+
+_TOO_DEEP, _TOO_DEEP_ERROR = _nesting_refusal()
+
+
 def validate_in_pieces(model: type[M], raw: bytes, outline: Outline) -> M:
     """``model.model_validate_json(raw)``, a list element at a time (see the module docstring):
     the model, or ValidationError or InvalidBody with the errors the whole body gives."""
+    if outline.depth >= _TOO_DEEP:  # an element alone would be two levels shallower
+        raise InvalidBody([_TOO_DEEP_ERROR])
     lists = _lists(model).fields
     split = {name: spans for name, (_, spans) in outline.arrays.items() if name in lists}
-    if not split or outline.repeated & split.keys():
+    if outline.repeated & split.keys():
+        split = {}
+    # What is not split (other fields, ignored ones, or the whole body) is parsed in one go,
+    # holding the interpreter lock throughout: bounded like one piece.
+    if sum(n for name, n in outline.values.items() if name not in split) > MAX_ELEMENT_VALUES:
+        raise ApiError(413, "body_too_complex",
+                       f"this body holds more than {MAX_ELEMENT_VALUES} JSON values outside its lists' items")
+    if not split:
         return model.model_validate_json(raw)
     # The envelope: the body with each split list emptied.
     parts, at = [], 0
