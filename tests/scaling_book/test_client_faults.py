@@ -6,7 +6,6 @@ headers) reaching the service from every helper."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from scaling_book.client import ClientOptions, GraderClient, GraderError, RetryP
 from scaling_book.grading import sync_client
 from scaling_book.openrlhf import options_from_env
 from tests.support.oracle import right, synthetic_tasks, wrong
+from tests.support.server import ROOT as ROOT_DIR
 
 FAST = RetryPolicy(backoff=0.01, max_backoff=0.05, deadline=30.0)
 
@@ -100,33 +100,44 @@ def test_an_httpx_error_not_worth_a_retry_is_a_grader_error_at_once() -> None:
     assert "sg_secret" not in str(err.value) and "127.0.0.1" not in str(err.value)
 
 
-def _child_rewards(args: tuple[str, list[dict[str, str]]]) -> tuple[list[float | None], bool]:
-    """In a forked worker: the parent's cached client (its module cache was copied by fork)."""
-    url, items = args
-    client = _PARENT["client"]
-    rewards = client.rewards(items)
-    return rewards, client._session() is not _PARENT["http"] and sync_client(url) is not client
+# Run in a fresh, single-threaded interpreter: a test process (pytest-xdist's worker) has threads
+# of its own, and a fork taken while one of them holds a lock deadlocks the child, whatever the
+# client does. A trainer forks its rollout workers from its own main thread, as this script does.
+FORK_SCRIPT = textwrap.dedent("""
+    import json, multiprocessing, sys
+    from scaling_book.grading import sync_client
 
+    url, items, expected = json.loads(sys.stdin.read())
+    client = sync_client(url)
+    PARENT = {}
 
-_PARENT: dict[str, object] = {}
+    def child(_):
+        rewards = client.rewards(items)  # the parent's cached client, copied by fork
+        return rewards, client._session() is not PARENT["http"] and sync_client(url) is not client
+
+    if __name__ == "__main__":
+        assert client.rewards(items) == expected  # the parent now holds a kept-alive connection
+        PARENT["http"] = client._session()
+        with multiprocessing.get_context("fork").Pool(4) as pool:
+            # the parent keeps calling on its own connections while the children call too
+            results = pool.map_async(child, range(32))
+            parent_ok = all(client.rewards(items) == expected for _ in range(8))
+            outcomes = results.get(timeout=240)
+        print(json.dumps({"parent_ok": parent_ok, "children_right": all(r == expected for r, _ in outcomes),
+                          "children_own": all(own for _, own in outcomes),
+                          "parent_untouched": client._session() is PARENT["http"]}))
+""")
 
 
 @pytest.mark.slow
 def test_forked_children_never_use_the_parents_connections(server_url: str) -> None:
     items, expected = _items(8, seed=73)
-    client = sync_client(server_url)
-    assert client.rewards(items) == expected  # the parent now holds a kept-alive connection
-    _PARENT.update(client=client, http=client._session())
-    context = multiprocessing.get_context("fork")
-    with context.Pool(4) as pool:
-        # the parent keeps calling on its own connections while the children call too
-        results = pool.map_async(_child_rewards, [(server_url, items)] * 32)
-        for _ in range(8):
-            assert client.rewards(items) == expected
-        outcomes = results.get(timeout=240)
-    assert all(rewards == expected for rewards, _ in outcomes)
-    assert all(own for _, own in outcomes)  # a new pool in each child, and a new cached client
-    assert client._session() is _PARENT["http"]  # the parent's is untouched
+    done = subprocess.run([sys.executable, "-c", FORK_SCRIPT], input=json.dumps([server_url, items, expected]),
+                          capture_output=True, text=True, timeout=280, cwd=str(ROOT_DIR))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    # a new pool in each child and a new cached client; the parent's own is untouched
+    assert report == {"parent_ok": True, "children_right": True, "children_own": True, "parent_untouched": True}
 
 
 def test_per_tenant_clients_on_one_url_are_separate() -> None:
