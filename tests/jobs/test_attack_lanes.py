@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 
 import httpx
@@ -145,18 +146,6 @@ def _wait_for_presence(redis_server: RedisServer, names: list[str], timeout: flo
     raise AssertionError(f"lanes {names} never all started")
 
 
-def _lane_pid(worker_pid: int, name: str) -> int:
-    for pid in _descendants(worker_pid):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"worker.lane" in argv and name.encode() in argv:
-            return pid
-    raise AssertionError(f"no lane process named {name}")
-
-
 def _wait_gone(pids: set[int], timeout: float) -> set[int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and _alive(pids):
@@ -246,3 +235,69 @@ def test_a_job_past_its_deadline_ends_without_waiting_out_its_cases_and_leaves_n
     assert ended_before_wall, "the job's result waited for its hung cases' wall limit"
     assert len(left) <= len(warm), f"more processes than a warm lane's after the cases' wall limit: {_describe(left)}"
     assert not zombies, f"zombies of the worker or its lane: {zombies}"
+
+
+def test_a_worker_that_ran_many_jobs_holds_no_zombie_and_no_growing_number_of_files(redis_server) -> None:
+    # Every job takes sandbox children, pipes and pidfds; a lane that leaked one of each per job
+    # would run out of files (or pids) after a day. The same completion earns the same reward
+    # each time, and each job has exactly one result.
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    first, more = 10, 190
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        worker = start_worker(redis_server.url, "many", FAST_QUEUE, jobs=2)
+        tree: set[int] = set()
+        try:
+            _wait_for_presence(redis_server, ["many", "many-2"])
+            lanes = {pid for pid in _descendants(worker.pid) if _parent(pid) == worker.pid}
+            assert len(lanes) == 2
+            early = collect(client, [_submit(client, RIGHT, f"many-{i}") for i in range(first)], timeout=240)
+            time.sleep(3)  # warm pools refill
+            fds_early = {pid: _open_fds(pid) for pid in lanes}
+            late_ids = [_submit(client, RIGHT, f"many-{i}") for i in range(first, first + more)]
+            late = collect(client, late_ids, timeout=600)
+            time.sleep(3)
+            fds_late = {pid: _open_fds(pid) for pid in lanes}
+            tree = _descendants(worker.pid)
+            own_zombies = _describe({pid for pid in _zombies(tree) if _parent(pid) in (worker.pid, *lanes)})
+            all_zombies = _zombies(tree)
+            results = redis_server.client().keys("sg:result:*")
+        finally:
+            stop_worker(worker)
+            _kill_all(tree)
+    bodies = list(early.values()) + list(late.values())
+    assert len(bodies) == first + more
+    assert {b["result"]["reward"] for b in bodies} == {1.0}, [b["result"]["explanation"] for b in bodies]
+    assert len(results) == first + more  # one result per job
+    assert not own_zombies, own_zombies
+    # the fork servers reap lazily (at their next fork): a few per lane, not one per job
+    assert len(all_zombies) < more // 2, _describe(all_zombies)
+    for pid in lanes:  # a few more files at most (a connection, a pool child), not one per job
+        assert fds_late[pid] <= fds_early[pid] + 5, (fds_early, fds_late)
+
+
+def test_a_waiting_request_gets_its_result_when_the_announcement_is_lost(redis_server) -> None:
+    # The API's subscription to the results channel is cut again and again while a request waits
+    # (CLIENT KILL of every pub/sub connection): the announcement of the result is lost, and the
+    # waiting request must still answer with it, not time out as "started".
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=90) as client:
+        worker = start_worker(redis_server.url, "deaf", FAST_QUEUE, jobs=1)
+        try:
+            _wait_for_presence(redis_server, ["deaf"])
+            job_id = _submit(client, SLOW_RIGHT, "deaf-1")
+            answer: dict[str, httpx.Response] = {}
+            waiter = threading.Thread(target=lambda: answer.setdefault(
+                "r", client.get(f"/v1/jobs/{job_id}", params={"wait": 50})))
+            waiter.start()
+            admin = redis_server.client()
+            cuts = 0
+            while waiter.is_alive():
+                cuts += int(admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub") or 0)
+                time.sleep(0.05)
+            waiter.join()
+        finally:
+            stop_worker(worker)
+    assert cuts > 0  # the subscription really was cut
+    body = answer["r"].json()
+    assert answer["r"].status_code == 200 and body["status"] == "finished", body
+    assert body["result"]["reward"] == 1.0
