@@ -301,3 +301,69 @@ def test_a_waiting_request_gets_its_result_when_the_announcement_is_lost(redis_s
     body = answer["r"].json()
     assert answer["r"].status_code == 200 and body["status"] == "finished", body
     assert body["result"]["reward"] == 1.0
+
+
+def test_a_stop_sent_to_the_whole_process_group_twice_quickly_stays_a_warm_stop(redis_server) -> None:
+    # A supervisor that signals the process group (systemd's default, `kill -TERM -PGID`, Ctrl-C
+    # in a terminal) reaches each lane twice: directly and forwarded by the worker process; and an
+    # impatient operator sends it again at once. Within a second that is one request: the job in
+    # hand finishes (once, right) and nothing is cut short.
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        worker = start_worker(redis_server.url, "twice", FAST_QUEUE, jobs=2)
+        try:
+            _wait_for_presence(redis_server, ["twice", "twice-2"])
+            job_id = _submit(client, SLOW_RIGHT, "twice-1")
+            _wait_until_graded(redis_server, job_id)
+            os.killpg(worker.pid, signal.SIGTERM)
+            time.sleep(0.2)
+            os.killpg(worker.pid, signal.SIGTERM)
+            code = worker.wait(timeout=180)
+            results = collect(client, [job_id], timeout=30)
+        finally:
+            stop_worker(worker)
+    assert code == 0  # a warm stop, not a cold one
+    body = results[job_id]
+    assert body["status"] == "finished" and body["result"]["reward"] == 1.0, body
+    assert body["result"]["details"]["attempt"] == 1  # finished by the lane that held it, not re-run
+
+
+# Right; each case takes a second of its three-second wall limit.
+SECOND_RIGHT = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math, time\n"
+    "    time.sleep(1.0)\n"
+    "    return math.ceil(peak_flops * bytes_per_weight / (2 * hbm_bandwidth) - 1e-9)\n"
+)
+
+
+def test_a_lane_stopped_past_a_cases_wall_limit_does_not_turn_a_finished_case_into_a_timeout(redis_server) -> None:
+    # Only the lane is stopped (SIGSTOP: a debugger, a starved or throttled process), not its
+    # sandboxes: each case finishes in a second and its result waits in the pipe. The lease
+    # outlives the stop (a long grace), so no other attempt exists: whatever this attempt
+    # writes is the job's result, and the same completion earned 1.0 unstopped (the control).
+    queue = {**FAST_QUEUE, "SCALING_GRADER_QUEUE__HEARTBEAT_GRACE": "60", "SCALING_GRADER_SANDBOX__WALL_SECONDS": "3"}
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **queue}
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=30) as client:
+        worker = start_worker(redis_server.url, "paused", queue, jobs=1)
+        lane = None
+        try:
+            _wait_for_presence(redis_server, ["paused"])
+            control = _submit(client, SECOND_RIGHT, "paused-control")
+            assert collect(client, [control], timeout=120)[control]["result"]["reward"] == 1.0
+            (lane,) = {pid for pid in _descendants(worker.pid) if _parent(pid) == worker.pid}
+            job_id = _submit(client, SECOND_RIGHT, "paused-1")
+            _wait_until_graded(redis_server, job_id)
+            time.sleep(0.3)  # the cases are running
+            os.kill(lane, signal.SIGSTOP)
+            time.sleep(5)  # past the cases' wall limit; they finished meanwhile
+            os.kill(lane, signal.SIGCONT)
+            results = collect(client, [job_id], timeout=120)
+        finally:
+            if lane is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(lane, signal.SIGCONT)
+            stop_worker(worker)
+    body = results[job_id]
+    assert body["result"]["details"]["attempt"] == 1  # no re-run: the lane kept its lease
+    assert body["result"]["reward"] == 1.0, body["result"].get("details", {}).get("counts")
