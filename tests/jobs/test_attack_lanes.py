@@ -3,7 +3,8 @@ worker/deadline.py), with real Redis, real worker processes, real sandboxes and 
 worker process killed alone (not its process group) leaves no lane or sandbox behind; a job
 stopped by its backstop deadline leaves no sandbox process or zombie behind; a lane stopped past
 its heartbeat and resumed writes and counts its job once, with the same reward; a worker tree
-that ran many jobs holds no zombies and no growing number of open files."""
+that ran many jobs holds no zombies and no growing number of open files; a lost result
+announcement, a group stop sent twice, a Redis kill longer than the grace."""
 
 from __future__ import annotations
 
@@ -367,3 +368,38 @@ def test_a_lane_stopped_past_a_cases_wall_limit_does_not_turn_a_finished_case_in
     body = results[job_id]
     assert body["result"]["details"]["attempt"] == 1  # no re-run: the lane kept its lease
     assert body["result"]["reward"] == 1.0, body["result"].get("details", {}).get("counts")
+
+
+def test_lanes_ride_out_a_redis_kill_longer_than_their_grace_and_write_each_result_once(redis_server) -> None:
+    # Redis dies mid-job for longer than the heartbeat grace: the leases and heartbeats lapse,
+    # the jobs look abandoned and are re-queued while their lanes still grade them. Neither lane
+    # exits; each job still gets exactly one result, counted once, right.
+    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}
+    worker = start_worker(redis_server.url, "outage", FAST_QUEUE, jobs=2)
+    try:
+        with running_server(env) as url, httpx.Client(base_url=url, timeout=60) as client:
+            _wait_for_presence(redis_server, ["outage", "outage-2"])
+            job_ids = [_submit(client, SLOW_RIGHT, f"outage-{i}") for i in range(4)]
+            for job_id in job_ids[:2]:
+                _wait_until_graded(redis_server, job_id)
+            assert redis_server.process is not None
+            redis_server.process.kill()  # no clean shutdown; the AOF keeps every write
+            redis_server.process.wait()
+            redis_server.process = None
+            time.sleep(6)
+            redis_server.start()
+            deadline = time.monotonic() + 30
+            while client.get("/readyz").status_code != 200 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            results = collect(client, job_ids, timeout=300)
+            alive = worker.poll() is None
+    finally:
+        stop_worker(worker)
+    assert alive  # the lanes reconnected; none exited
+    assert len(results) == len(job_ids)
+    for body in results.values():
+        assert body["status"] == "finished" and body["result"]["reward"] == 1.0, body
+    stored = redis_server.client()
+    assert all(stored.exists(f"sg:result:{job_id}") for job_id in job_ids)
+    totals = {k.decode(): int(v) for k, v in stored.hgetall("sg:grades:total").items()}
+    assert sum(totals.values()) == len(job_ids), totals  # each counted once
