@@ -1,10 +1,10 @@
 """Attacks on the worker's lanes (worker/lanes.py, worker/lane.py, worker/grading_worker.py,
 worker/deadline.py), with real Redis, real worker processes, real sandboxes and a real API: a
-worker process killed alone (not its process group) leaves no lane or sandbox behind; a job
-stopped by its backstop deadline leaves no sandbox process or zombie behind; a lane stopped past
-its heartbeat and resumed writes and counts its job once, with the same reward; a worker tree
-that ran many jobs holds no zombies and no growing number of open files; a lost result
-announcement, a group stop sent twice, a Redis kill longer than the grace."""
+worker process killed alone (not its process group) leaves no lane or sandbox behind; a job past
+its backstop deadline ends without waiting out its cases, which leave nothing behind; a lane
+stopped past its cases' wall limit does not turn finished cases into timeouts; 200 jobs leave no
+zombie of the worker or its lanes and no growing number of open files; a lost result
+announcement, a group stop sent twice, and a Redis kill longer than the grace change no result."""
 
 from __future__ import annotations
 
