@@ -107,8 +107,16 @@ def grade_source(exercise: Exercise, source: str, *, all_or_nothing: bool, setti
         outcome = box.run(source, exercise.entry, list(case.args), case.kwargs, profile=exercise.profile)
         return assess(case, outcome, exercise.rtol, sb.cpu_seconds, sb.max_result_items), outcome.tier
 
-    with ThreadPoolExecutor(max_workers=min(sb.parallel_cases, len(cases))) as pool:
+    pool = ThreadPoolExecutor(max_workers=min(sb.parallel_cases, len(cases)))
+    try:
         ran = list(pool.map(run, cases))
+    except BaseException:
+        # The job's backstop deadline (worker.deadline) is raised here, in the waiting thread: the
+        # cases not begun are dropped and the running ones are not waited for (each ends by its
+        # own wall limit), or the deadline would wait out every case's wall time first.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     verdicts = [v for v, _ in ran]
     details["sandbox_tier"] = ",".join(sorted({tier for _, tier in ran}))
     if any(v.verdict == "sandbox_fault" for v in verdicts):
