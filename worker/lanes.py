@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -82,6 +83,11 @@ class Lanes:
                 self.processes[plan.name] = subprocess.Popen(plan.command, env=self.env)
             while self._running():
                 time.sleep(_POLL_SECONDS)
+            if self.failed:
+                # a lane stopped while starting up may have registered and not deregistered; only
+                # the lanes this process started are withdrawn (a name refused because another
+                # worker holds it stays that worker's)
+                deregister(self.redis_url, self._pids())
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -125,21 +131,26 @@ class Lanes:
                 self.processes[name].kill()
         for process in self.processes.values():
             process.wait()
-        deregister(self.redis_url, [plan.name for plan in self.plans])
+        deregister(self.redis_url, self._pids())
+
+    def _pids(self) -> dict[str, int]:
+        return {name: process.pid for name, process in self.processes.items()}
 
 
-def deregister(redis_url: str, names: Sequence[str]) -> None:
-    """Best effort, as RQ's own cold stop does: the lanes' RQ registrations and presence records
-    (both would expire by themselves). Their jobs stay in RQ's started registry until their
-    heartbeats lapse, and are then re-queued like any killed worker's."""
+def deregister(redis_url: str, lanes: Mapping[str, int]) -> None:
+    """Best effort, as RQ's own cold stop does: the RQ registrations and presence records of the
+    lanes named (lane name -> the pid this process started it as), each only if that process on
+    this host made it (both would expire by themselves). Their jobs stay in RQ's started registry
+    until their heartbeats lapse, and are then re-queued like any killed worker's."""
     connection = sync_connection(redis_url)
+    host = socket.gethostname()
     try:
-        for name in names:
+        for name, pid in lanes.items():
             with contextlib.suppress(*REDIS_ERRORS):
                 worker = Worker.find_by_key(Worker.redis_worker_namespace_prefix + name, connection=connection,
                                             serializer=JSONSerializer)
-                if worker is not None:
+                if worker is not None and (worker.pid, worker.hostname) == (pid, host):
                     worker.register_death()
-                presence.withdraw(connection, name)
+                    presence.withdraw(connection, name)
     finally:
         connection.close()
