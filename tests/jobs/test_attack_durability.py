@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from tests.jobs.test_case_secret import HALF_RIGHT
-from tests.jobs.test_write_once import SLOW_RIGHT, _grading, _until
-from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, collect
+from tests.jobs.test_write_once import SLOW_RIGHT, _grading
+from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, collect, until
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.tcp_proxy import PausableProxy
@@ -91,7 +91,7 @@ def _lose_data(server: RedisServer, client: httpx.Client) -> None:
     # (the API and the worker's lanes reconnect at once and write again: the marker is what shows
     # that what was there before is gone)
     assert server.client().get("test:marker") is None
-    _until(lambda: client.get("/readyz").status_code == 200, 60, "the API to reach Redis again")
+    until(lambda: client.get("/readyz").status_code == 200, 60, "the API to reach Redis again")
 
 
 def test_the_same_completion_keeps_its_hidden_cases_after_redis_loses_its_data(volatile_redis) -> None:
@@ -124,7 +124,7 @@ def test_jobs_accepted_before_redis_loses_its_data_do_not_become_unknown(volatil
                 r = _post(client, f"accepted-{i}", SLOW_RIGHT)
                 assert r.status_code == 202, r.text
                 job_ids.append(r.json()["job_id"])
-            _until(lambda: _grading(volatile_redis, "lossy", job_ids[0]), 120, "the worker to start grading")
+            until(lambda: _grading(volatile_redis, "lossy", job_ids[0]), 120, "the worker to start grading")
             _lose_data(volatile_redis, client)
             time.sleep(15)  # the held attempt ends and writes its result
             answers = {job_id: client.get(f"/v1/jobs/{job_id}", params={"wait": 0}) for job_id in job_ids}
@@ -163,7 +163,7 @@ def test_redis_dying_between_claim_and_enqueue_does_not_leave_a_job_queued_forev
             redis_server.start()
             worker = start_worker(redis_server.url, "bystander", FAST_QUEUE)
             try:
-                _until(lambda: client.get("/readyz").status_code == 200, 120, "the API to reach Redis and a worker")
+                until(lambda: client.get("/readyz").status_code == 200, 120, "the API to reach Redis and a worker")
             except AssertionError:
                 raise AssertionError(client.get("/readyz").text) from None
             # The client retries the same request, as a 503 tells it to, and waits for the result.

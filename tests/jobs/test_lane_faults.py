@@ -14,27 +14,13 @@ import pytest
 from rq import Worker
 from rq.serializers import JSONSerializer
 
-from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, collect, completion
+from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, SLOW_RIGHT, SLOW_WRONG, collect, until
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker
 
 pytestmark = pytest.mark.slow  # real workers, servers and sandboxes
 
-# Right, and every case takes a second: a job is still held when the test strikes.
-SLOW_RIGHT = completion(
-    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
-    "    import math, time\n"
-    "    time.sleep(1.0)\n"
-    "    return math.ceil(peak_flops * bytes_per_weight / (2 * hbm_bandwidth) - 1e-9)\n"
-)
-# Wrong (forgets the bytes per weight), and as slow: a re-run must not turn it right, or right wrong.
-SLOW_WRONG = completion(
-    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
-    "    import math, time\n"
-    "    time.sleep(1.0)\n"
-    "    return math.ceil(peak_flops / hbm_bandwidth)\n"
-)
 
 
 def _submit(client: httpx.Client, text: str, request_id: str) -> str:
@@ -43,14 +29,6 @@ def _submit(client: httpx.Client, text: str, request_id: str) -> str:
     assert r.status_code == 202, r.text
     return str(r.json()["job_id"])
 
-
-def _until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _attempts(redis_server: RedisServer, job_id: str) -> int:
@@ -76,7 +54,7 @@ def test_a_lane_process_killed_mid_job_loses_no_job_and_runs_it_once_more(redis_
         survivor = None
         try:
             # the second lane (a process of its own) grading a job: that lane alone is killed
-            _until(lambda: any(_held_by(redis_server, j) == "struck-2" and _attempts(redis_server, j)
+            until(lambda: any(_held_by(redis_server, j) == "struck-2" and _attempts(redis_server, j)
                                for j in job_ids), 120, "the second lane to grade a job")
             (struck_job,) = [j for j in job_ids if _held_by(redis_server, j) == "struck-2"]
             lane = Worker.find_by_key("rq:worker:struck-2", connection=redis_server.client(),
@@ -111,12 +89,12 @@ def test_two_workers_handed_the_same_job_grade_it_once(redis_server) -> None:
         workers = [start_worker(redis_server.url, name, FAST_QUEUE) for name in ("racer-a", "racer-b")]
         try:
             connection = redis_server.client()
-            _until(lambda: all(connection.exists(f"sg:worker:{n}") for n in ("racer-a", "racer-b")), 120,
+            until(lambda: all(connection.exists(f"sg:worker:{n}") for n in ("racer-a", "racer-b")), 120,
                    "both workers to start")
             job_id = _submit(client, SLOW_RIGHT, "raced")
             connection.rpush("rq:queue:impl", job_id)  # the same job, queued a second time
             results = collect(client, [job_id], timeout=180)
-            _until(lambda: connection.llen("rq:queue:impl") == 0 and all(
+            until(lambda: connection.llen("rq:queue:impl") == 0 and all(
                 connection.hget(f"rq:worker:{n}", "state") == b"idle" for n in ("racer-a", "racer-b")), 120,
                 "both workers to be done with it")
             time.sleep(2)  # beats and a maintenance pass after it

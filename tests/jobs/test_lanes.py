@@ -18,27 +18,13 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from app.cpus import available_cpus
-from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, collect, completion
+from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, SLOW_RIGHT, SLOW_WRONG, collect, completion
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker
 
 pytestmark = pytest.mark.slow  # real workers, servers and sandboxes
 
-# Right, but every case takes a second: a job holds its lane long enough to be caught holding it.
-SLOW_RIGHT = completion(
-    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
-    "    import math, time\n"
-    "    time.sleep(1.0)\n"
-    "    return math.ceil(peak_flops * bytes_per_weight / (2 * hbm_bandwidth) - 1e-9)\n"
-)
-# Wrong (forgets the bytes per weight) and slow.
-SLOW_WRONG = completion(
-    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
-    "    import math, time\n"
-    "    time.sleep(1.0)\n"
-    "    return math.ceil(peak_flops / hbm_bandwidth)\n"
-)
 # Right, and each case holds its lane for five seconds: still running when a stop comes.
 HOLDS_RIGHT = completion(
     "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, collect, completion
+from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, collect, completion, until
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.tcp_proxy import PausableProxy
@@ -37,14 +37,6 @@ def _submit(client: httpx.Client, request_id: str, text: str = SLOW_RIGHT) -> st
     assert r.status_code == 202, r.text
     return str(r.json()["job_id"])
 
-
-def _until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _grading(redis_server: RedisServer, worker: str, job_id: str) -> bool:
@@ -83,7 +75,7 @@ def test_a_worker_stopped_past_its_heartbeat_neither_overwrites_nor_recounts(red
         survivor: subprocess.Popen | None = None
         try:
             job_id = _submit(client, "sigstop")
-            _until(lambda: _grading(redis_server, "stopped", job_id), 120, "the victim to start grading")
+            until(lambda: _grading(redis_server, "stopped", job_id), 120, "the victim to start grading")
             os.killpg(victim.pid, signal.SIGSTOP)  # the whole group: the worker and its sandboxes
             survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE)
             first = _finished(client, job_id)  # the survivor's re-run, read by the client
@@ -92,7 +84,7 @@ def test_a_worker_stopped_past_its_heartbeat_neither_overwrites_nor_recounts(red
             assert redis_server.client().hget(f"rq:job:{job_id}", "worker_name") == b"survivor"
             os.killpg(victim.pid, signal.SIGCONT)
             # The stopped attempt goes on (its cases may now time out) and ends without writing.
-            _until(lambda: _idle(redis_server, "stopped"), 120, "the victim to finish its stale attempt")
+            until(lambda: _idle(redis_server, "stopped"), 120, "the victim to finish its stale attempt")
             time.sleep(2)  # beats and a maintenance pass after it
             assert victim.poll() is None  # it carries on working
             assert _stored(redis_server, job_id) == stored  # not overwritten
@@ -117,7 +109,7 @@ def test_a_worker_cut_off_past_its_heartbeat_does_not_requeue_or_rewrite_and_rec
     try:
         with running_server(env) as url, httpx.Client(base_url=url, timeout=60) as client:
             job_id = _submit(client, "partition")
-            _until(lambda: _grading(redis_server, "cut-off", job_id), 120, "the victim to start grading")
+            until(lambda: _grading(redis_server, "cut-off", job_id), 120, "the victim to start grading")
             proxy.pause()
             survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE)
             first = _finished(client, job_id)
@@ -126,7 +118,7 @@ def test_a_worker_cut_off_past_its_heartbeat_does_not_requeue_or_rewrite_and_rec
             stop_worker(survivor)  # the next job can go only to the victim
             survivor = None
             proxy.resume()
-            _until(lambda: _idle(redis_server, "cut-off"), 180, "the victim to reconnect and go idle")
+            until(lambda: _idle(redis_server, "cut-off"), 180, "the victim to reconnect and go idle")
             time.sleep(3)  # beats and maintenance passes after it
             assert victim.poll() is None  # reconnected, did not exit
             assert _stored(redis_server, job_id) == stored
@@ -153,7 +145,7 @@ def test_workers_ride_out_a_redis_kill_and_run_each_job_once(redis_server) -> No
     try:
         with running_server(env) as url, httpx.Client(base_url=url, timeout=60) as client:
             job_ids = [_submit(client, f"outage-{i}") for i in range(6)]
-            _until(lambda: sum(_grading(redis_server, n, j) for n in names for j in job_ids) == 2, 120,
+            until(lambda: sum(_grading(redis_server, n, j) for n in names for j in job_ids) == 2, 120,
                    "both workers to hold a job")
             assert redis_server.process is not None
             redis_server.process.kill()  # no clean shutdown; the AOF (fsync always) keeps every write
@@ -162,7 +154,7 @@ def test_workers_ride_out_a_redis_kill_and_run_each_job_once(redis_server) -> No
             time.sleep(8)
             redis_server.start()
             # (the API answers 503 while Redis loads its AOF: a client retries, as this one does)
-            _until(lambda: client.get("/readyz").status_code == 200, 30, "the API to reach Redis again")
+            until(lambda: client.get("/readyz").status_code == 200, 30, "the API to reach Redis again")
             results = collect(client, job_ids, timeout=300)
         assert all(w.poll() is None for w in workers)  # reconnected, none exited
     finally:
@@ -186,14 +178,14 @@ def test_a_dead_workers_job_is_rerun_before_the_jobs_queued_behind_it(redis_serv
         survivor: subprocess.Popen | None = None
         try:
             first = _submit(client, "front-0")
-            _until(lambda: _grading(redis_server, "killed", first), 120, "the victim to start grading")
+            until(lambda: _grading(redis_server, "killed", first), 120, "the victim to start grading")
             behind = [_submit(client, f"front-{i}") for i in range(1, 4)]  # queued behind the held job
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
             # The survivor starts once the victim's lease has lapsed, so its first maintenance pass
             # finds the job dead while the others still wait (a survivor up sooner would take the
             # queue's head before anything is re-queued, whatever the re-queue's side).
-            _until(lambda: redis_server.client().get(f"sg:lease:{first}") is None, 60, "the victim's lease to lapse")
+            until(lambda: redis_server.client().get(f"sg:lease:{first}") is None, 60, "the victim's lease to lapse")
             survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE)
             results = collect(client, [first, *behind], timeout=240)
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 
 import httpx
 
@@ -20,6 +21,20 @@ def completion(source: str) -> str:
 
 
 RIGHT = completion(inspect.getsource(getattr(reference, EXERCISE)))
+# Right, and every case takes a second: a job is still held (by its lane) when a test strikes.
+SLOW_RIGHT = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math, time\n"
+    "    time.sleep(1.0)\n"
+    "    return math.ceil(peak_flops * bytes_per_weight / (2 * hbm_bandwidth) - 1e-9)\n"
+)
+# Wrong (forgets the bytes per weight), and as slow: a re-run must not turn it right, or right wrong.
+SLOW_WRONG = completion(
+    "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+    "    import math, time\n"
+    "    time.sleep(1.0)\n"
+    "    return math.ceil(peak_flops / hbm_bandwidth)\n"
+)
 
 
 def collect(client: httpx.Client, job_ids: list[str], timeout: float) -> dict[str, dict]:
@@ -38,3 +53,13 @@ def collect(client: httpx.Client, job_ids: list[str], timeout: float) -> dict[st
                     results[job_id] = body
         time.sleep(0.2)
     return results
+
+
+def until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Wait until ``condition()`` holds, or fail naming ``what`` was waited for."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
