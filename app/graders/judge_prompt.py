@@ -17,10 +17,13 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
 from app.graders.completion import strip_thinking
+from app.graders.confusables import latin_skeleton
+from app.graders.extract import as_seen
 
 SYSTEM_PROMPT = (
     "You grade answers to exam questions about scaling machine-learning models (rooflines, TPUs "
@@ -65,12 +68,22 @@ _WORDS = ("amber", "basalt", "cobalt", "dahlia", "ember", "fennel", "gravel", "h
           "umber", "velvet", "walnut", "zinnia")
 
 
+def _as_read(text: str) -> str:
+    """``text`` as a reader (or a model) reads it: invisible characters dropped, compatibility forms
+    (full-width, mathematical letters, ligatures) and look-alike letters (a Cyrillic ``а``, a
+    dotless ``ı``) folded to the Latin letters they show, accents dropped, case folded."""
+    text = unicodedata.normalize("NFKD", as_seen(text))
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    return latin_skeleton(text).casefold()
+
+
 def verdict_words(avoid: str = "") -> VerdictWords | None:
     """Two distinct words, drawn afresh per grade from a cryptographic source, among those that
     do not occur in ``avoid`` (the response the judge is shown, in any case, even inside another
-    word): a judge that copies the response (a line, a JSON object, a quoted word) then copies no
-    verdict word. None when fewer than two are left (a response that holds them all)."""
-    shown = avoid.casefold()
+    word, and in any spelling that reads as the word: look-alike letters, invisible characters):
+    a judge that copies the response (a line, a JSON object, a quoted word) then copies no verdict
+    word. None when fewer than two are left (a response that holds them all)."""
+    shown = _as_read(avoid)
     pool = [w for w in _WORDS if w not in shown]
     if len(pool) < 2:
         return None
