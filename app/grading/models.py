@@ -50,11 +50,13 @@ def answer_message(messages: list[ChatMessage]) -> ChatMessage | None:
 def completion_text(completion: str | list[ChatMessage]) -> str:
     """The graded text: the string itself, or the last assistant-like message of a transcript
     (empty when there is none: a user or tool message is never the policy's answer). Special
-    tokens a decoder left at its very ends are dropped, as on every entry point."""
+    tokens a decoder left at its very ends are dropped, and the whitespace around the text: OpenRLHF's
+    route cuts a response out of a query and strips it, and every entry point must grade (and
+    count the length of) the same text."""
     if isinstance(completion, str):
-        return without_edge_tokens(completion)
+        return without_edge_tokens(completion).strip()
     message = answer_message(completion)
-    return without_edge_tokens(message.text()) if message is not None else ""
+    return without_edge_tokens(message.text()).strip() if message is not None else ""
 
 
 def lacks_answer_message(completion: str | list[ChatMessage]) -> bool:

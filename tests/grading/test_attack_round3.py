@@ -6,7 +6,10 @@ or tells it something it should not.
   verdict word with a look-alike letter (a dotless ``ı``, a Cyrillic ``а``) and whose body holds
   all other words but two: the words were drawn among those the response "does not contain" by
   an exact comparison, so the look-alike's word could be drawn, and the echo read as a verdict
-  (the reply reader matched ``ı`` as ``i``; a model reads a Cyrillic ``а`` as ``a``)."""
+  (the reply reader matched ``ı`` as ``i``; a model reads a Cyrillic ``а`` as ``a``).
+- A right completion at the length limit with whitespace around it: OpenRLHF's /get_reward
+  stripped the response it cut out of the query and graded it; the other routes counted the
+  whitespace and scored it too_long. The same completion must get one reward everywhere."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from app.graders.judge_prompt import _WORDS
 from app.settings import Settings
 from app.tasks.registry import get_bank
 from tests.support.book_mirror import mirror_path
+from tests.support.oracle import right, synthetic_tasks
 from tests.support.server import running_server
 
 pytestmark = pytest.mark.slow
@@ -158,3 +162,46 @@ def test_a_look_alike_verdict_word_copied_by_the_judge_earns_nothing(
     assert sum(rewards) == 0, f"{sum(rewards):g} of 40 wrong responses rewarded"
     assert outcomes <= {"incorrect", "no_verdict"}, outcomes
     assert echo_judge.replies > before  # the judge was really asked (not refused up front)
+
+
+# ---- entry points: a completion at the length limit --------------------------------------------
+
+LLAMA2 = "<s>[INST] Solve it. [/INST]"
+
+
+def _rewards_everywhere(http: httpx.Client, task_id: str, completion: str) -> dict[str, float | None]:
+    item = {"task_id": task_id, "completion": completion}
+    reply = http.post(
+        "/get_reward", json={"query": [LLAMA2 + completion + "</s>"], "prompts": [LLAMA2], "labels": [task_id]}
+    ).json()
+    return {
+        "/v1/grade": http.post("/v1/grade", json=item).json()["reward"],
+        "/v1/grade/batch": http.post("/v1/grade/batch", json={"items": [item, item]}).json()["results"][0]["reward"],
+        "/v1/rewards": http.post("/v1/rewards", json={"items": [item]}).json()["rewards"][0],
+        "/v1/grade/labelled": http.post(
+            "/v1/grade/labelled", json={"items": [{"label": task_id, "completion": completion}]}
+        ).json()["results"][0]["reward"],
+        "/get_reward": reply["rewards"][0],
+    }
+
+
+@pytest.mark.parametrize("edge", ["trailing newline", "leading space", "trailing spaces and newline"])
+def test_a_right_completion_at_the_length_limit_gets_one_reward_everywhere(served: httpx.Client, edge: str) -> None:
+    """A right answer exactly max_completion_chars long, with whitespace around it (a decoder's
+    newline or leading space). /get_reward cuts the response out of its query and strips it, so
+    it graded the answer (1) while every other route counted the whitespace and scored too_long (0)."""
+    limit = Settings().limits.max_completion_chars
+    task_id = synthetic_tasks(1, seed=31)[0].id
+    answer = right(task_id)
+    completion = "x" * (limit - len(answer) - 1) + "\n" + answer
+    assert len(completion) == limit
+    padded = {
+        "trailing newline": completion + "\n",
+        "leading space": " " + completion,
+        "trailing spaces and newline": completion + "  \n",
+    }[edge]
+    assert set(_rewards_everywhere(served, task_id, completion).values()) == {1.0}  # at the limit: graded
+    got = _rewards_everywhere(served, task_id, padded)
+    assert len(set(got.values())) == 1, got
+    # one character more of the answer itself stays too long everywhere
+    assert set(_rewards_everywhere(served, task_id, "x" + completion).values()) == {0.0}
