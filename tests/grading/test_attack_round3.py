@@ -9,7 +9,9 @@ or tells it something it should not.
   (the reply reader matched ``ı`` as ``i``; a model reads a Cyrillic ``а`` as ``a``).
 - A right completion at the length limit with whitespace around it: OpenRLHF's /get_reward
   stripped the response it cut out of the query and graded it; the other routes counted the
-  whitespace and scored it too_long. The same completion must get one reward everywhere."""
+  whitespace and scored it too_long. The same completion must get one reward everywhere.
+- Held-out exam items written with the data of the book's own worked examples: the public book
+  (and, for the v5e peak, 17 served prompts) printed their key within the exam's tolerance."""
 
 from __future__ import annotations
 
@@ -27,11 +29,16 @@ import pytest
 from app.graders.confusables import latin_skeleton
 from app.graders.extract import as_seen
 from app.graders.judge_prompt import _WORDS
+from app.graders.numeric import within
+from app.quantities import parse_quantity
 from app.settings import Settings
-from app.tasks.registry import get_bank
+from app.tasks.exam.source import chapter_text
+from app.tasks.registry import get_bank, resolve_task
+from app.tasks.splits import tolerance_for
 from tests.support.book_mirror import mirror_path
 from tests.support.oracle import right, synthetic_tasks
 from tests.support.server import running_server
+from tests.tasks.exam.test_book_figures import CASES as BOOK_FIGURES
 
 pytestmark = pytest.mark.slow
 
@@ -205,3 +212,50 @@ def test_a_right_completion_at_the_length_limit_gets_one_reward_everywhere(serve
     assert len(set(got.values())) == 1, got
     # one character more of the answer itself stays too long everywhere
     assert set(_rewards_everywhere(served, task_id, "x" + completion).values()) == {0.0}
+
+
+# ---- held-out keys the book prints ------------------------------------------------------------
+
+# Exam items once written with the data of one of the book's own worked examples, so the (public,
+# MIT) book printed their key within the exam's 5%, and for two of them so did 17 and more served
+# prompts (the v5e peak): (item, chapter, the book's sentence, the figure it prints).
+BOOK_EXAMPLES = [
+    ("exam/tpus/001", "tpus", "the total bf16 FLOPs/s for TPU v5e is `2e14`", 2e14),
+    ("exam/tpus/006", "tpus", "A single pod of 8960 chips can do 4 exaflops", 4e18),
+    ("exam/gpus/006", "gpus", "`32 * 2475  = 79,200`", 79200),
+    ("exam/roofline/005", "roofline", "or $D > 8755$", 8755),
+    ("exam/sharding/009", "sharding", "\\text{34e6} / \\text{9e10} = \\text{377us}", 377e-6),
+]
+
+
+@pytest.mark.parametrize(("task_id", "chapter", "sentence", "printed"), BOOK_EXAMPLES)
+def test_no_held_out_key_is_a_figure_the_book_prints(
+    served: httpx.Client, task_id: str, chapter: str, sentence: str, printed: float
+) -> None:
+    """A policy that read the book (or a served prompt quoting its hardware table) answered these
+    exam items from memory, without the computation: the printed figure was within the task's
+    tolerance of the key. A wrong answer written as the book's figure must score 0 now."""
+    settings = _settings()
+    assert sentence in chapter_text(settings, chapter)  # the figure is really the book's
+    task = resolve_task(task_id, settings)
+    (key,) = [parse_quantity(g) for g in task.gold]
+    assert not within(printed, key.value, task.tolerance or tolerance_for(task.split, settings)), task_id
+    unit = task.gold[0].split(" ", 1)[1] if " " in task.gold[0] else ""
+    result = served.post("/v1/grade", json={"task_id": task_id, "completion": f"Final answer: {printed!r} {unit}"})
+    assert result.json()["reward"] == 0.0
+
+
+def test_no_held_out_key_is_the_computation_of_a_book_example() -> None:
+    """The general form: no numeric exam key equals one of the book's worked examples recomputed
+    on the book's own inputs (tests/tasks/exam/test_book_figures.py's table)."""
+    settings = _settings()
+    bank = get_bank("exam", settings)
+    keys = {
+        (t.id, parse_quantity(g).value)
+        for t in bank.batch(seed=0, n=bank.size() or 0)
+        if t.grading == "numeric"
+        for g in t.gold
+    }
+    examples = [(case[0], case[-1]()) for case in BOOK_FIGURES]
+    same = [(tid, name) for tid, k in keys for name, v in examples if k and abs(k - v) <= 1e-9 * abs(v)]
+    assert same == []

@@ -53,7 +53,7 @@ def node_alltoall(n, nbytes, w):
     A mixture-of-experts model activates {k} of its {e} experts per token and trains with data
     parallelism across nodes on GPUs of {peak} FLOPs/s with {w} bytes/s of node-level collective
     bandwidth. What per-GPU token batch is needed for the gradient reduction to be hidden?""",
-    k=2, e=64, peak=9.9e14, w=4e11)
+    k=2, e=48, peak=9.9e14, w=4e11)
 def moe_dp_batch(k, e, peak, w):
     return e / k * peak / w
 

@@ -51,7 +51,7 @@ def dot_product_intensity(n, ebytes):
     over a link carrying {link} bytes/s in each direction. Each chip computes at {peak} FLOPs/s.
     Ignoring the final addition, above what value of D does the computation stay compute-bound
     rather than bound by the inter-chip link?""",
-    link=4.5e10, peak=1.97e14)
+    link=9e10, peak=4.59e14)
 def two_chip_critical_d(link, peak):
     # T_math = 2BDF / (2 C) = BDF / C; T_comms = 2BF / W; equal when D = 2C / W.
     return 2 * peak / link

@@ -86,6 +86,6 @@ def case_one_flops(i, j, k, x, y):
     A is first AllGathered over the axis X and then multiplied locally. A has I = {i} rows and
     J = {j} columns with {b}-byte elements, and the ring links carry {w} bytes/s bidirectionally.
     How long does the AllGather of A take?""",
-    i=2048, j=8192, b=2, w=9e10)
+    i=1536, j=8192, b=2, w=9e10)
 def case_two_gather(i, j, b, w):
     return fm.allgather_time(i * j * b, w)

@@ -12,7 +12,7 @@ QUESTIONS, numeric = collector()
     Each matrix unit of a chip completes one bf16 product of a [{rows}, {width}] tile with a
     [{width}, {width}] tile every {cycles} clock cycles. The chip has {n_mxu} such units clocked at
     {clock} Hz. Counting 2 FLOPs per multiply-add, what is the chip's peak bf16 throughput?""",
-    rows=8, width=128, cycles=8, n_mxu=4, clock=1.5e9)
+    rows=8, width=128, cycles=8, n_mxu=4, clock=1.2e9)
 def mxu_peak(rows, width, cycles, n_mxu, clock):
     return 2 * rows * width * width / cycles * clock * n_mxu
 
@@ -55,9 +55,9 @@ def vmem_intensity(ratio, bw, peak):
 
 
 @numeric(6, "tpus.specs", "FLOPs/s", """
-    A full pod is a {x}x{y}x{z} arrangement of chips, each with {peak} bf16 FLOPs/s. What is the
-    pod's aggregate peak bf16 throughput?""",
-    x=16, y=20, z=28, peak=4.59e14)
+    A slice is a {x}x{y}x{z} arrangement of chips, each with {peak} bf16 FLOPs/s. What is the
+    slice's aggregate peak bf16 throughput?""",
+    x=16, y=16, z=24, peak=4.59e14)
 def pod_flops(x, y, z, peak):
     return x * y * z * peak
 
