@@ -259,3 +259,50 @@ def test_no_held_out_key_is_the_computation_of_a_book_example() -> None:
     examples = [(case[0], case[-1]()) for case in BOOK_FIGURES]
     same = [(tid, name) for tid, k in keys for name, v in examples if k and abs(k - v) <= 1e-9 * abs(v)]
     assert same == []
+
+
+# ---- held-out budgets: one per tenant and item, whichever route spends it -----------------------
+
+BUDGET = 6
+
+
+@pytest.fixture(scope="module")
+def budgeted() -> Iterator[httpx.Client]:
+    with (
+        running_server({"SCALING_GRADER_HELD_OUT__GRADES_PER_ITEM": str(BUDGET)}) as url,
+        httpx.Client(base_url=url, timeout=120) as client,
+    ):
+        yield client
+
+
+def _spend(http: httpx.Client, route: str, task_id: str, completion: str) -> httpx.Response:
+    """One grade of ``task_id`` through ``route``, as a trainer or client would send it."""
+    item = {"task_id": task_id, "completion": completion}
+    if route == "/v1/grade":
+        return http.post(route, json=item)
+    if route in ("/v1/grade/batch", "/v1/rewards"):
+        return http.post(route, json={"items": [item]})
+    if route == "/v1/grade/labelled":
+        return http.post(route, json={"items": [{"label": json.dumps({"task_id": task_id}), "completion": completion}]})
+    assert route == "/get_reward"
+    return http.post(route, json={"query": [LLAMA2 + " " + completion], "prompts": [LLAMA2], "labels": [task_id]})
+
+
+ROUTES = ["/v1/grade", "/v1/grade/batch", "/v1/rewards", "/v1/grade/labelled", "/get_reward"]
+
+
+def test_every_route_spends_one_held_out_budget(budgeted: httpx.Client) -> None:
+    """A client out of grades on one route tries the others (a label, a reward route, OpenRLHF's
+    query) and spellings of the id: none grades past the budget, and none spends it for free."""
+    bank = get_bank("exam", _settings())
+    task = next(t for t in bank.batch(seed=3, n=bank.size() or 0) if t.grading == "numeric")
+    guess = "Final answer: 1 s"
+    spent = [_spend(budgeted, route, task.id, guess).status_code for route in ROUTES]
+    spent.append(_spend(budgeted, "/v1/grade", task.id, guess).status_code)
+    assert spent == [200] * BUDGET
+    for route in ROUTES:
+        refused = _spend(budgeted, route, task.id, guess)
+        assert refused.status_code == 429 and refused.json()["error"] == "grade_budget_exhausted", (route, refused.text)
+    for alias in (task.id.upper(), task.id + "/", " " + task.id, task.id.replace("/", "//"), task.id + "\u200b"):
+        reply = budgeted.post("/v1/grade", json={"task_id": alias, "completion": right(task.id)})
+        assert reply.status_code in (404, 422, 429) or reply.json()["reward"] == 0.0, (alias, reply.text)
