@@ -337,10 +337,10 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
     raw_context = task.hidden.get("context")
     context = raw_context if isinstance(raw_context, str) else None
     words = verdict_words(escape_response(response))
-    if words is None:  # the response holds every verdict word: a copy could pass for a verdict
+    if words is None:  # the response holds most verdict words: it would choose the pair drawn
         return GradeResult(grading="judge", outcome=Outcome.no_verdict, reward=0.0,
-                           explanation="the response holds the judge's verdict words, so no verdict could be "
-                           "told from a copy of it; scored 0", extracted_answer=response[:500], details=details)
+                           explanation="the response holds most of the judge's verdict words, so no verdict could "
+                           "be told from a copy of it; scored 0", extracted_answer=response[:500], details=details)
     messages = build_messages(question, task.gold, response, context, words=words)
     details["constraint"] = judge.constraint
     start = time.perf_counter()

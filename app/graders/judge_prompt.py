@@ -77,15 +77,23 @@ def _as_read(text: str) -> str:
     return latin_skeleton(text).casefold()
 
 
+# Fewest words a draw is made from. A response that holds most of the words would otherwise choose
+# the pair (all but two: it knows both, only not which is which), and a judge steered towards one of
+# them (copying a line that begins it, which logprobs mode reads as the word) would be right half the
+# time; from 16 it is at most one in 16. Answers about scaling hold two or three (``number`` holds
+# ``umber``), book passages of thousands of characters no more.
+MIN_POOL = 16
+
+
 def verdict_words(avoid: str = "") -> VerdictWords | None:
     """Two distinct words, drawn afresh per grade from a cryptographic source, among those that
     do not occur in ``avoid`` (the response the judge is shown, in any case, even inside another
     word, and in any spelling that reads as the word: look-alike letters, invisible characters):
     a judge that copies the response (a line, a JSON object, a quoted word) then copies no verdict
-    word. None when fewer than two are left (a response that holds them all)."""
+    word. None when fewer than MIN_POOL are left (a response that holds most of them)."""
     shown = _as_read(avoid)
     pool = [w for w in _WORDS if w not in shown]
-    if len(pool) < 2:
+    if len(pool) < MIN_POOL:
         return None
     yes = secrets.choice(pool)
     no = secrets.choice([w for w in pool if w != yes])

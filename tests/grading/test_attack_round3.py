@@ -28,7 +28,7 @@ import pytest
 
 from app.graders.confusables import latin_skeleton
 from app.graders.extract import as_seen
-from app.graders.judge_prompt import _WORDS
+from app.graders.judge_prompt import _WORDS, MIN_POOL, escape_response, verdict_words
 from app.graders.numeric import within
 from app.quantities import parse_quantity
 from app.settings import Settings
@@ -48,7 +48,8 @@ _CANDIDATE = re.compile(r"Candidate response:\n<<<(?P<tag>[\w-]*)\n(?P<body>.*?)
 class EchoJudge:
     """A loopback OpenAI chat-completions server whose models copy the candidate response's first
     line as their whole reply: ``echo-line`` as written, ``echo-seen`` as a reader sees it (look-alike
-    letters read as the Latin letters they show, as a language model reads them)."""
+    letters read as the Latin letters they show, as a language model reads them). Asked for
+    log-probabilities, they answer one token: the line's first two letters."""
 
     def __init__(self) -> None:
         judge = self
@@ -68,15 +69,25 @@ class EchoJudge:
                     line = unicodedata.normalize("NFKD", as_seen(line))
                     line = latin_skeleton("".join(c for c in line if not unicodedata.combining(c)))
                 judge.replies += 1
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": line},
+                }
+                if body.get("logprobs"):  # one token: the line's first two letters, as a tokenizer might cut it
+                    token = line[:2]
+                    choice["message"]["content"] = token
+                    top = [{"token": token, "logprob": -0.01, "bytes": None}]
+                    choice["logprobs"] = {
+                        "content": [{"token": token, "logprob": -0.01, "bytes": None, "top_logprobs": top}]
+                    }
                 payload = json.dumps(
                     {
                         "id": "x",
                         "object": "chat.completion",
                         "created": 0,
                         "model": body.get("model"),
-                        "choices": [
-                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": line}}
-                        ],
+                        "choices": [choice],
                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                     }
                 ).encode()
@@ -147,26 +158,38 @@ LOOK_ALIKES = [
 
 
 @pytest.mark.parametrize(("model", "spelling"), LOOK_ALIKES)
+def test_a_look_alike_verdict_word_is_never_drawn(model: str, spelling: str) -> None:
+    """The cause, at the draw: a response holding "dahlia" in any spelling a reader takes for it
+    never has "dahlia" drawn (before, it was drawn as often as any other word)."""
+    response = f"{spelling}\nThe answer is that it depends on the weather."
+    draws = [verdict_words(escape_response(response)) for _ in range(600)]
+    assert all(d is not None and "dahlia" not in (d.yes, d.no) for d in draws)
+
+
+# A response holding 7 of the words in plain letters leaves 17 to draw, one of them "dahlia", which
+# its first line spells with look-alike letters (read as "dahlia", 16 are left: still a draw).
+FORCED = [w for w in _WORDS if w != "dahlia"][: len(_WORDS) - MIN_POOL - 1]
+
+
+@pytest.mark.parametrize(("model", "spelling"), [LOOK_ALIKES[0], LOOK_ALIKES[1]])
 @pytest.mark.parametrize("split", ["book", "exam"])
 def test_a_look_alike_verdict_word_copied_by_the_judge_earns_nothing(
     served: httpx.Client, echo_judge: EchoJudge, model: str, spelling: str, split: str
 ) -> None:
-    """The wrong response holds every verdict word but "dahlia", "indigo" and "juniper" in plain
-    letters, so only those three can be drawn; its first line is "dahlia" in look-alike letters.
-    An echoing judge replies with that line; read as "dahlia", it is the correct word a third of
-    the time."""
-    others = " ".join(w for w in _WORDS if w not in ("dahlia", "indigo", "juniper"))
-    wrong = f"{spelling}\nThe answer is that it depends on the weather. ({others})"
+    """An echoing judge replies with the response's first line, "dahlia" in look-alike letters;
+    read as "dahlia", it was the correct word whenever "dahlia" was drawn as it (with the whole
+    pool forced down to three words, 9 to 15 of 40 wrong responses were rewarded)."""
+    wrong = f"{spelling}\nThe answer is that it depends on the weather. ({' '.join(FORCED)})"
     task_id = _judge_task_id(split)
     before = echo_judge.replies
     rewards: list[float] = []
     outcomes: set[str] = set()
-    for _ in range(40):
+    for _ in range(48):
         body = {"task_id": task_id, "completion": wrong, "judge": {"model": model, "base_url": echo_judge.base_url}}
         result = served.post("/v1/grade", json={**body, "wait": 60}).json()
         rewards.append(result["reward"])
         outcomes.add(result["outcome"])
-    assert sum(rewards) == 0, f"{sum(rewards):g} of 40 wrong responses rewarded"
+    assert sum(rewards) == 0, f"{sum(rewards):g} of 48 wrong responses rewarded"
     assert outcomes <= {"incorrect", "no_verdict"}, outcomes
     assert echo_judge.replies > before  # the judge was really asked (not refused up front)
 
@@ -306,3 +329,34 @@ def test_every_route_spends_one_held_out_budget(budgeted: httpx.Client) -> None:
     for alias in (task.id.upper(), task.id + "/", " " + task.id, task.id.replace("/", "//"), task.id + "\u200b"):
         reply = budgeted.post("/v1/grade", json={"task_id": alias, "completion": right(task.id)})
         assert reply.status_code in (404, 422, 429) or reply.json()["reward"] == 0.0, (alias, reply.text)
+
+
+@pytest.fixture(scope="module")
+def served_logprobs(echo_judge: EchoJudge) -> Iterator[httpx.Client]:
+    env = {
+        "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([echo_judge.base_url]),
+        "SCALING_GRADER_JUDGE__DEFAULT_BASE_URL": echo_judge.base_url,
+        "SCALING_GRADER_JUDGE__DEFAULT_MODEL": "echo-line",
+        "SCALING_GRADER_JUDGE__CONSTRAINT": "logprobs",
+    }
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=120) as client:
+        yield client
+
+
+def test_a_judge_that_copies_a_word_prefix_in_logprobs_mode_is_not_steered_by_a_forced_pair(
+    served_logprobs: httpx.Client, echo_judge: EchoJudge
+) -> None:
+    """logprobs mode reads a verdict from the first token, which stands for the word it begins. A
+    wrong response holding every verdict word but "cobalt" and "indigo" leaves only those two to
+    draw; its first line "co" makes a judge that copies it answer a token read as "cobalt", the
+    correct word half the time (19 of 40 wrong responses were rewarded). A response holding more
+    words than leave MIN_POOL to draw is now scored 0 unasked."""
+    others = " ".join(w for w in _WORDS if w not in ("cobalt", "indigo"))
+    wrong = f"co\nThe answer is that it depends on the weather. ({others})"
+    task_id = _judge_task_id("book")
+    assert len(_WORDS) - len(others.split()) < MIN_POOL
+    rewards = [
+        served_logprobs.post("/v1/grade", json={"task_id": task_id, "completion": wrong, "wait": 60}).json()["reward"]
+        for _ in range(40)
+    ]
+    assert sum(rewards) == 0, f"{sum(rewards):g} of 40 wrong responses rewarded"
