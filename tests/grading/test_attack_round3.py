@@ -16,11 +16,15 @@ or tells it something it should not.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 import unicodedata
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,7 +41,7 @@ from app.tasks.registry import get_bank, resolve_task
 from app.tasks.splits import tolerance_for
 from tests.support.book_mirror import mirror_path
 from tests.support.oracle import right, synthetic_tasks
-from tests.support.server import running_server
+from tests.support.server import ROOT, running_server
 from tests.tasks.exam.test_book_figures import CASES as BOOK_FIGURES
 
 pytestmark = pytest.mark.slow
@@ -360,3 +364,35 @@ def test_a_judge_that_copies_a_word_prefix_in_logprobs_mode_is_not_steered_by_a_
         for _ in range(40)
     ]
     assert sum(rewards) == 0, f"{sum(rewards):g} of 40 wrong responses rewarded"
+
+
+# ---- exported datasets --------------------------------------------------------------------------
+
+
+def test_a_held_out_tasks_split_is_not_exported_with_its_expected_rows(tmp_path: Path) -> None:
+    """The `tasks` split's own export publishes its expected rows (the split is a training set
+    whose keys are public by design). An operator who holds it out (an evaluation set) and then
+    exports it would publish the gold of a held-out split: refused, and nothing is written."""
+    env = {**os.environ, "SCALING_GRADER_HELD_OUT__SPLITS": '["exam", "tasks"]'}
+    out = tmp_path / "tasks-export"
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "export", "--split", "tasks", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    written = [p.read_text() for p in out.rglob("*") if p.is_file()] if out.exists() else []
+    assert not any("expected_output" in text for text in written)
+    assert done.returncode != 0 and "held out" in done.stderr
+    # held out by default, the exam exports its public views only
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "export", "--split", "exam", "--out", str(tmp_path / "e")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from app.settings import get_settings
+from app.tasks.splits import is_held_out
 from app.tasks.tasks.bank import RowsTask, build_tasks
 from app.tasks.tasks.conventions import API_DESCRIPTION
 
@@ -37,7 +39,8 @@ FORMATS = ("jsonl", "parquet")
 
 
 class ExportUnavailable(RuntimeError):
-    """The requested format needs a package that is not installed."""
+    """The export cannot be written: the requested format needs a package that is not installed,
+    or the split is held out on this deployment."""
 
 
 def record(rt: RowsTask) -> dict[str, Any]:
@@ -121,6 +124,10 @@ def export(out_dir: Path, fmt: str) -> list[Path]:
     """Write the split and its card to out_dir; the paths written."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    if is_held_out("tasks", get_settings()):
+        # The records carry the expected rows: published, they would be a held-out split's gold.
+        raise ExportUnavailable("the tasks split is held out on this deployment (SCALING_GRADER_HELD_OUT__SPLITS): "
+                                "its export would publish the expected rows; not written")
     recs = records()
     data_file = f"tasks.{fmt}"
     out_dir.mkdir(parents=True, exist_ok=True)
