@@ -6,6 +6,10 @@
   cannot pile up until the process runs out of file descriptors. What clients legitimately do on
   one connection (pipelining, ``Expect: 100-continue``, a slow body after a prompt head, large
   cookies) still works.
+- A refused request spends nothing: a batch refused for the tenant's in-flight cap spends no
+  held-out grade budget (before, two such refusals used up a budget of 2 for items never graded),
+  and a retry of an idempotent request, answered by its earlier job, spends none either (before,
+  each retry did, until the tenant's own result was refused as over budget).
 - Attacks that held, kept as regression tests: path tricks never reach a route by another name,
   an API key is only read from the Authorization header (not a query string, not a reward URL),
   ``HEAD`` and odd methods on grading routes are 405, a websocket upgrade reaches nothing."""
@@ -13,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import tempfile
 import time
@@ -25,10 +28,13 @@ import httpx
 import pytest
 
 from app.tenants import new_key
+from tests.fake_openai import FakeOpenAI
 from tests.support.server import logged_server
 
 pytestmark = pytest.mark.slow  # a real HTTP server for the module: left out of `make test-fast`
 
+SLOW_JUDGE_SECONDS = 3.0
+HELD_OUT_BUDGET = 2
 HEADER_SECONDS = 2.0
 MAX_HEADER_BYTES = 16 * 1024
 GRADE = json.dumps({"task_id": "synthetic/3/17", "completion": "Final answer: 1 s"}).encode()
@@ -41,6 +47,10 @@ class Served:
     pid: int
     log: Path
     keys: dict[str, str]
+    judge: FakeOpenAI
+
+    def client(self, tenant: str) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=120, headers={"authorization": f"Bearer {self.keys[tenant]}"})
 
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -56,9 +66,14 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
+    judge = FakeOpenAI(slow_seconds=SLOW_JUDGE_SECONDS).start()
     tmp = Path(tempfile.mkdtemp(prefix="sg-attack3-"))
     keys, lines = {}, []
-    for name, extra in {"ops": "operator = true\n", "alpha": "", "beta": ""}.items():
+    capped = (f'max_in_flight = 2\nheld_out_grades_per_item = {HELD_OUT_BUDGET}\n'
+              f'judge_base_urls = ["{judge.base_url}"]\n')
+    retrier = f'held_out_grades_per_item = {HELD_OUT_BUDGET}\njudge_base_urls = ["{judge.base_url}"]\n'
+    tenants = {"ops": "operator = true\n", "alpha": "", "beta": "", "capped": capped, "retrier": retrier}
+    for name, extra in tenants.items():
         keys[name], digest = new_key()
         reward = ""
         if name == "alpha":
@@ -67,11 +82,16 @@ def served() -> Iterator[Served]:
         lines.append(f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{digest}"\n{extra}{reward}')
     (tmp / "tenants.toml").write_text("\n".join(lines))
     env = {"SCALING_GRADER_TENANTS_FILE": str(tmp / "tenants.toml"),
+           "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([judge.base_url]),
+           "SCALING_GRADER_JUDGE__MAX_RETRIES": "0",
            "SCALING_GRADER_LIMITS__HEADER_SECONDS": str(HEADER_SECONDS),
            "SCALING_GRADER_LIMITS__MAX_HEADER_BYTES": str(MAX_HEADER_BYTES)}
     log = tmp / "server.log"
-    with logged_server(env, log) as (url, process):
-        yield Served(url, int(url.rsplit(":", 1)[1]), process.pid, log, keys)
+    try:
+        with logged_server(env, log) as (url, process):
+            yield Served(url, int(url.rsplit(":", 1)[1]), process.pid, log, keys, judge)
+    finally:
+        judge.stop()
     assert "Traceback" not in log.read_text(errors="replace")
 
 
@@ -216,3 +236,76 @@ def test_pipelined_requests_and_expect_100_continue_still_work(served: Served) -
         time.sleep(HEADER_SECONDS + 1)  # a client that takes its time after the 100 is in its body
         sock.sendall(GRADE)
         assert status_of(sock.recv(65536)) == 200
+
+
+# ---- a refused request spends nothing ------------------------------------------------------------
+
+def held_out_judge_ids(served: Served, n: int) -> list[str]:
+    with served.client("ops") as client:
+        r = client.get("/v1/tasks", params={"split": "exam", "n": 1000})
+        assert r.status_code == 200, r.text
+    found = [t["id"] for t in r.json()["tasks"] if t["grading"] == "judge"]
+    assert len(found) >= n
+    return found[-n:]
+
+
+def wait_until_idle(client: httpx.Client, jobs: list[str]) -> None:
+    for job in jobs:
+        assert client.get(f"/v1/jobs/{job}", params={"wait": 60}).json()["status"] == "finished"
+
+
+def test_a_batch_refused_for_its_in_flight_slots_spends_no_held_out_budget(served: Served) -> None:
+    ids = held_out_judge_ids(served, 3)
+    slow = {"model": "judge-slow", "base_url": served.judge.base_url}
+    yes = {"model": "judge-yes", "base_url": served.judge.base_url}
+    items = [{"task_id": i, "completion": "Final answer: yes", "judge": slow, "wait": 0} for i in ids]
+    with served.client("capped") as client:
+        for _ in range(HELD_OUT_BUDGET + 1):  # three items for a cap of two: refused whole, every time
+            refused = client.post("/v1/grade/batch", json={"items": items})
+            assert refused.status_code == 429 and refused.json()["error"] == "too_many_in_flight", refused.text
+            assert refused.headers["retry-after"].isdigit()
+        for task_id in ids:  # never graded: each still has its whole budget
+            for _ in range(HELD_OUT_BUDGET):
+                r = client.post("/v1/grade", json={"task_id": task_id, "completion": "Final answer: yes", "judge": yes})
+                assert r.status_code == 200, r.text
+        over = client.post("/v1/grade", json={"task_id": ids[0], "completion": "Final answer: yes", "judge": yes})
+        assert over.status_code == 429 and over.json()["error"] == "grade_budget_exhausted", over.text
+
+
+def test_a_single_grade_refused_for_its_in_flight_slot_spends_no_held_out_budget(served: Served) -> None:
+    ids = held_out_judge_ids(served, 6)[:3]
+    slow = {"model": "judge-slow", "base_url": served.judge.base_url}
+    yes = {"model": "judge-yes", "base_url": served.judge.base_url}
+    with served.client("capped") as client:
+        busy = [client.post("/v1/grade", json={"task_id": i, "completion": "Final answer: yes", "judge": slow,
+                                                "wait": 0}) for i in ids[:2]]
+        assert [r.status_code for r in busy] == [202, 202], [r.text for r in busy]
+        for _ in range(HELD_OUT_BUDGET + 1):
+            refused = client.post("/v1/grade", json={"task_id": ids[2], "completion": "Final answer: yes",
+                                                      "judge": slow, "wait": 0})
+            assert refused.status_code == 429 and refused.json()["error"] == "too_many_in_flight", refused.text
+        wait_until_idle(client, [r.json()["job_id"] for r in busy])
+        for _ in range(HELD_OUT_BUDGET):
+            r = client.post("/v1/grade", json={"task_id": ids[2], "completion": "Final answer: yes", "judge": yes})
+            assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("route", ["/v1/grade", "/v1/grade/batch"])
+def test_retries_of_one_request_id_spend_the_held_out_budget_once(served: Served, route: str) -> None:
+    task_id = held_out_judge_ids(served, 8)[0 if route == "/v1/grade" else 1]
+    yes = {"model": "judge-yes", "base_url": served.judge.base_url}
+    item = {"task_id": task_id, "completion": "Final answer: yes", "judge": yes, "request_id": f"retry-{route[-5:]}"}
+    body = item if route == "/v1/grade" else {"items": [item]}
+    asked = len(served.judge.requests)
+    with served.client("retrier") as client:
+        answers = [client.post(route, json=body) for _ in range(HELD_OUT_BUDGET + 2)]
+        assert [r.status_code for r in answers] == [200] * len(answers), [r.text for r in answers]
+        results = [r.json() if route == "/v1/grade" else r.json()["results"][0] for r in answers]
+        assert len({r["job_id"] for r in results}) == 1
+        # the budget left is the budget less the one grade made
+        fresh = {**item, "request_id": None, "completion": "Final answer: no"}
+        for _ in range(HELD_OUT_BUDGET - 1):
+            assert client.post("/v1/grade", json=fresh).status_code == 200
+        over = client.post("/v1/grade", json=fresh)
+        assert over.status_code == 429 and over.json()["error"] == "grade_budget_exhausted", over.text
+    assert len(served.judge.requests) - asked == HELD_OUT_BUDGET  # the retries graded nothing
