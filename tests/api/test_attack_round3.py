@@ -309,3 +309,32 @@ def test_retries_of_one_request_id_spend_the_held_out_budget_once(served: Served
         over = client.post("/v1/grade", json=fresh)
         assert over.status_code == 429 and over.json()["error"] == "grade_budget_exhausted", over.text
     assert len(served.judge.requests) - asked == HELD_OUT_BUDGET  # the retries graded nothing
+
+
+# ---- one tenant's listings hold nobody back (kept last: its backlog outlives the test) ----------
+
+def test_a_backlog_of_large_listings_does_not_hold_back_healthz_or_another_tenant(served: Served) -> None:
+    """A thousand synthetic tasks take a tenth of a second or more to make and write, and a listing
+    costs one token whatever its size. Sent 200 at once (well within the default burst), they used
+    to fill the shared thread pool, where /healthz (a plain def route) waited about 50 s behind
+    them; listings now run on the grading threads, in turn per tenant."""
+    warm = httpx.get(served.url + "/v1/tasks", params={"n": 1024, "seed": 999},
+                     headers={"authorization": f"Bearer {served.keys['beta']}"}, timeout=120)
+    assert warm.status_code == 200 and len(warm.json()["tasks"]) == 1024
+    sockets = []
+    try:
+        for i in range(200):
+            sock = connect(served)
+            sock.sendall(f"GET /v1/tasks?n=1024&seed={i} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         f"Authorization: Bearer {served.keys['beta']}\r\n\r\n".encode())
+            sockets.append(sock)
+        time.sleep(1)
+        assert served.healthz_seconds() < 10
+        start = time.monotonic()
+        with served.client("alpha") as alpha:
+            small = alpha.get("/v1/tasks", params={"n": 4, "seed": 5})
+        assert small.status_code == 200 and small.json()["n"] == 4
+        assert time.monotonic() - start < 10
+    finally:
+        for sock in sockets:
+            sock.close()
