@@ -16,7 +16,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import socket
 import tempfile
 import time
@@ -236,6 +238,84 @@ def test_pipelined_requests_and_expect_100_continue_still_work(served: Served) -
         time.sleep(HEADER_SECONDS + 1)  # a client that takes its time after the 100 is in its body
         sock.sendall(GRADE)
         assert status_of(sock.recv(65536)) == 200
+
+
+def test_a_websocket_upgrade_reaches_nothing(served: Served) -> None:
+    """Websocket scopes pass the tenant middleware (it guards http): no route may take one."""
+    for path in ("/docs/assets/swagger-ui.css", "/v1/grade", "/", "/get_reward/x", "/healthz"):
+        with connect(served) as sock:
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                         f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+            answer, _ = read_until_closed(sock, 10)
+        assert status_of(answer) == 403, (path, answer[:200])
+
+
+# ---- attacks that held ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["//v1//grade", "/v1//grade", "/v1/./grade", "/v1/../v1/grade", "/V1/grade",
+                                  "/v1/grade;x", "/v1/grade%00", "/v1/grade%2e", "//grade", "/v1/v1/grade"])
+def test_path_tricks_reach_no_route_and_echo_nothing(served: Served, path: str) -> None:
+    with connect(served) as sock:
+        sock.sendall(request(served, "POST", path, GRADE, extra=b"Connection: close\r\n"))
+        answer, _ = read_until_closed(sock, 30)
+    assert status_of(answer) == 404, answer[:300]
+    assert b"grade;" not in answer and b"%00" not in answer and b"outcome" not in answer
+
+
+@pytest.mark.parametrize("method", ["HEAD", "GET", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND", "TRACE"])
+@pytest.mark.parametrize("path", ["/v1/grade", "/v1/grade/batch", "/v1/rewards", "/get_reward", "/grade"])
+def test_odd_methods_on_grading_routes_are_405_and_grade_nothing(served: Served, method: str, path: str) -> None:
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        r = client.request(method, path, content=GRADE, headers={"authorization": f"Bearer {served.keys['alpha']}",
+                                                                 "content-type": "application/json"})
+    assert r.status_code == 405, r.text
+    assert b"outcome" not in r.content and b"rewards" not in r.content
+
+
+@pytest.mark.parametrize("where", ["query", "basic-user", "reward-key-as-bearer", "tab", "cookie"])
+def test_a_key_anywhere_but_the_authorization_header_opens_nothing(served: Served, where: str) -> None:
+    key = served.keys["alpha"]
+    params: dict[str, str] = {}
+    headers = {"content-type": "application/json"}
+    if where == "query":
+        params = {"api_key": key, "key": key, "access_token": key, "token": key}
+    elif where == "basic-user":  # the key is the password of Basic credentials, never the user name
+        headers["authorization"] = "Basic " + base64.b64encode(f"{key}:".encode()).decode()
+    elif where == "reward-key-as-bearer":  # good only as the last segment of /get_reward/<key>
+        headers["authorization"] = f"Bearer {served.keys['alpha-reward']}"
+    elif where == "tab":
+        headers["authorization"] = f"Bearer\t{key}x"
+    else:
+        headers["cookie"] = f"authorization=Bearer {key}; key={key}"
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        for method, path in (("POST", "/v1/grade"), ("GET", "/v1/status"), ("GET", "/v1/tasks")):
+            r = client.request(method, path, params=params, headers=headers, content=GRADE)
+            assert r.status_code == 401, (where, path, r.text)
+            assert key not in r.text
+
+
+def test_the_same_request_id_in_two_tenants_is_two_jobs_and_leaks_nothing(served: Served) -> None:
+    rid = "shared-" + os.urandom(4).hex()
+    with served.client("alpha") as alpha, served.client("beta") as beta:
+        first = alpha.post("/v1/grade", json={"task_id": "synthetic/3/17", "completion": "Final answer: 1 s",
+                                              "request_id": rid})
+        # another body under the same id: a 409 here would tell beta that alpha used the id
+        second = beta.post("/v1/grade", json={"task_id": "synthetic/3/18", "completion": "Final answer: 2 s",
+                                              "request_id": rid})
+        assert first.status_code == 200 and second.status_code == 200, (first.text, second.text)
+        assert first.json()["job_id"] != second.json()["job_id"]
+        assert beta.get(f"/v1/jobs/{first.json()['job_id']}").status_code == 404
+        assert alpha.get(f"/v1/jobs/{first.json()['job_id']}").json()["status"] == "finished"
+
+
+def test_repeated_query_parameters_stay_bounded(served: Served) -> None:
+    with served.client("alpha") as client:
+        assert client.get("/v1/tasks?n=1&n=5000").status_code == 422
+        assert client.get("/v1/tasks?offset=1&offset=-1").status_code == 422
+        start = time.monotonic()
+        assert client.get("/v1/jobs/abc?wait=0&wait=1e300").status_code == 404  # capped at the longest wait
+        assert client.get("/v1/jobs/abc?wait=nan").status_code == 422
+        assert time.monotonic() - start < 120
 
 
 # ---- a refused request spends nothing ------------------------------------------------------------
