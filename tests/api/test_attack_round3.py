@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow  # a real HTTP server for the module: left out of 
 SLOW_JUDGE_SECONDS = 3.0
 HELD_OUT_BUDGET = 2
 HEADER_SECONDS = 2.0
-MAX_HEADER_BYTES = 16 * 1024
+MAX_HEADER_BYTES = 64 * 1024
 GRADE = json.dumps({"task_id": "synthetic/3/17", "completion": "Final answer: 1 s"}).encode()
 
 
@@ -248,6 +248,32 @@ def test_a_websocket_upgrade_reaches_nothing(served: Served) -> None:
                          f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
             answer, _ = read_until_closed(sock, 10)
         assert status_of(answer) == 403, (path, answer[:200])
+
+
+# ---- a 404's hint costs what a short path's does ------------------------------------------------
+
+def test_a_long_unknown_path_costs_no_more_than_a_short_one(served: Served) -> None:
+    """The 404 names the nearest route (difflib, on the event loop): a path of 60 KB of route
+    names took about a tenth of a second of the loop each, so a tenant's stream of them held
+    every request back. Twenty at once should take about what twenty short ones take."""
+    with served.client("ops") as client:
+        routes = "".join(client.get("/openapi.json").json()["paths"])
+    long_path = "/x" + routes * ((MAX_HEADER_BYTES - 4096) // len(routes))  # under the head limit
+
+    def twenty_at_once(path: str) -> float:
+        sockets = [connect(served) for _ in range(20)]
+        start = time.monotonic()
+        for sock in sockets:
+            sock.sendall(request(served, "GET", path, extra=b"Connection: close\r\n"))
+        for sock in sockets:
+            answer, _ = read_until_closed(sock, 60)
+            sock.close()
+            assert status_of(answer) == 404 and b"nearest" in answer, answer[:200]
+        return time.monotonic() - start
+
+    short = min(twenty_at_once("/v1/grades") for _ in range(2))
+    long = min(twenty_at_once(long_path) for _ in range(2))
+    assert long < short + 0.5, (long, short)
 
 
 # ---- attacks that held ----------------------------------------------------------------------------
