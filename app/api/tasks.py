@@ -29,7 +29,7 @@ async def list_tasks(
     n: Annotated[int, Query(ge=1)] = 16,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
     chapters: Annotated[list[str] | None, Query(max_length=50)] = None,
-) -> dict[str, Any]:
+) -> Response:
     if n > settings.limits.max_tasks_per_request:
         raise ApiError(422, "invalid_request",
                        f"n must be at most {settings.limits.max_tasks_per_request}; page with offset")

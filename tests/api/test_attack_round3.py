@@ -6,6 +6,9 @@
   cannot pile up until the process runs out of file descriptors. What clients legitimately do on
   one connection (pipelining, ``Expect: 100-continue``, a slow body after a prompt head, large
   cookies) still works.
+- No tenant holds the event loop or the shared thread pool: 200 listings of 1024 tasks at once
+  (one token each) kept /healthz waiting about 50 s, and a 404 for a path of 60 KB cost a tenth of
+  a second of the loop (difflib over the whole path, for the nearest-route hint).
 - A refused request spends nothing: a batch refused for the tenant's in-flight cap spends no
   held-out grade budget (before, two such refusals used up a budget of 2 for items never graded),
   and a retry of an idempotent request, answered by its earlier job, spends none either (before,
