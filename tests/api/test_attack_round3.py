@@ -323,6 +323,35 @@ def test_a_key_anywhere_but_the_authorization_header_opens_nothing(served: Serve
             assert key not in r.text
 
 
+FRAMING = {  # name: (what follows the request line and Host, status)
+    "chunked": (b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(GRADE), GRADE), 200),
+    "chunk extension": (b"Transfer-Encoding: chunked\r\n\r\n%x;a=b\r\n%s\r\n0\r\n\r\n" % (len(GRADE), GRADE), 200),
+    "chunked and content-length": (
+        b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nabcde\r\n0\r\n\r\n", 400),
+    "chunk size past 64 bits": (b"Transfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\nabc", 400),
+    "gzip, chunked": (b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400),
+    "two content-lengths": (b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nabcdef", 400),
+    "negative content-length": (b"Content-Length: -1\r\n\r\n", 400),
+    "signed content-length": (b"Content-Length: +%d\r\n\r\n%s" % (len(GRADE), GRADE), 400),
+    "folded header": (b"X-A: 1\r\n  folded\r\nContent-Length: 0\r\n\r\n", 400),
+    "space before colon": (b"Content-Length : 3\r\n\r\nabc", 400),
+}
+
+
+@pytest.mark.parametrize("name", list(FRAMING))
+def test_odd_framing_is_graded_as_sent_or_refused_with_a_4xx(served: Served, name: str) -> None:
+    rest, status = FRAMING[name]
+    head = (f"POST /v1/grade HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {served.keys['alpha']}\r\n"
+            "Content-Type: application/json\r\nConnection: close\r\n").encode()
+    with connect(served) as sock:
+        sock.sendall(head + rest)
+        answer, took = read_until_closed(sock, 20)
+    assert status_of(answer) == status, answer[:300]
+    assert took < 10
+    if status == 200:
+        assert json.loads(answer.partition(b"\r\n\r\n")[2])["task_id"] == "synthetic/3/17"
+
+
 def test_the_same_request_id_in_two_tenants_is_two_jobs_and_leaks_nothing(served: Served) -> None:
     rid = "shared-" + os.urandom(4).hex()
     with served.client("alpha") as alpha, served.client("beta") as beta:
