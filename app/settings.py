@@ -60,6 +60,10 @@ class Limits(BaseModel):
     # (408 past that): a client that stalls mid-upload cannot hold its memory or a large-body slot.
     body_grace_seconds: float = Field(15.0, gt=0)
     body_min_bytes_per_second: int = Field(512 * 1024, gt=0)
+    # A request's line and headers: at most max_header_bytes (431), arrived within header_seconds
+    # of the connection or of the request's first byte (408); see app/api/http_limits.py.
+    max_header_bytes: int = Field(64 * 1024, ge=8 * 1024)
+    header_seconds: float = Field(15.0, gt=0)
 
     @property
     def batch_request_bytes(self) -> int:

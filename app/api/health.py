@@ -19,7 +19,8 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
+    # async: a plain def would wait in the thread pool behind whatever else is queued there.
     return {"status": "ok"}
 
 

@@ -84,12 +84,17 @@ def document_twins(schema: dict[str, Any]) -> None:
         paths.setdefault(short, twin)
 
 
+# A path is compared by its first characters only: a typo is found there, and difflib's cost grows
+# with the length of the path, which a client may make tens of kilobytes (on the event loop).
+HINT_PATH_CHARS = 100
+
+
 def nearest_route(path: str, candidates: list[str]) -> str | None:
     """The route template closest to ``path`` (parameters compared as their names)."""
     if not candidates:
         return None
     plain = {c.replace("{", "").replace("}", "").replace(":path", ""): c for c in candidates}
-    found = difflib.get_close_matches(path.rstrip("/") or "/", list(plain), n=1, cutoff=0.0)
+    found = difflib.get_close_matches(path[:HINT_PATH_CHARS].rstrip("/") or "/", list(plain), n=1, cutoff=0.0)
     return plain[found[0]] if found else None
 
 

@@ -11,6 +11,7 @@ from types import FrameType
 
 import uvicorn
 
+from app.api.http_limits import BoundedHttpTools
 from app.metrics_scrape import remove_shared_directory, share_between_processes
 from app.sandbox.pool import shutdown_all
 from app.sandbox.stop import plain_tier_error, remove_stale_leftovers
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     install_stop_cleanup()
     uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
                 workers=args.workers, log_level=args.log_level, access_log=False,
+                http=BoundedHttpTools,  # a request's head bounded in size and time (app/api/http_limits.py)
                 # With several processes uvicorn's supervisor restarts one that has not answered its
                 # ping within this many seconds, starting up included: its 5 s default, on a loaded
                 # host, killed every process mid-start over and over, and the API never came up.

@@ -259,14 +259,24 @@ class GradingService:
         """The full result (gold included, as stored for the job); callers show it via ``shown``."""
         request = apply_tenant_judge(request, tenant)
         task, text = self.prepare(request)
-        await self.charge([task], tenant)
         return await self._grade_prepared(request, task, text, tenant)
 
     async def _grade_prepared(self, request: GradeRequest, task: Task, text: str, tenant: Tenant) -> GradeResult:
         claim = await self._claim(request, task, text, tenant)
         if claim is None:
+            await self.charge([task], tenant)
             return await self.grade_off_loop(task, text, request, tenant.name)
-        return await self._finish(request, task, text, tenant, claim, cap=tenant.max_in_flight)
+        if claim.new:
+            # The in-flight slot first, then the held-out budget: a request refused for either
+            # spends neither, and a retry of an earlier request id (not new) spends nothing.
+            try:
+                if tenant.max_in_flight is not None and not self._inline(task, text):
+                    await self.jobs.reserve(tenant.name, [claim.job_id], tenant.max_in_flight)
+                await self.charge([task], tenant)
+            except BaseException:
+                await self.jobs.release(tenant.name, claim.job_id)
+                raise
+        return await self._finish(request, task, text, tenant, claim, cap=None)
 
     async def _claim(self, request: GradeRequest, task: Task, text: str, tenant: Tenant) -> ClaimResult | None:
         """The job id of an item that goes through the job store; None for an inline item to be
@@ -331,10 +341,19 @@ class GradingService:
         # Checking items (resolving tasks, reading inline references) is work in proportion to
         # the batch: on a worker thread too.
         results, inline, others = await off_loop(self._prepare_all, requests, tenant, tenant=tenant.name)
-        await self.charge([task for _, task, _, _ in inline + others], tenant)  # a 429 refuses the batch
         # Claimed (and in-flight slots reserved) before anything is graded: a refused batch
         # costs no grading and leaves nothing queued.
         claimed = await self._claim_all(others, tenant)
+        # Held-out budgets are spent last, on what will be graded now: a batch refused for its
+        # in-flight slots spends none, nor does a retried request id answered by its earlier job.
+        fresh = [c for c in claimed if isinstance(c, ClaimResult) and c.new]
+        try:
+            await self.charge([task for _, task, _, _ in inline] + [task for (_, task, _, _), c in zip(
+                others, claimed, strict=True) if c is None or c in fresh], tenant)  # a 429 refuses the batch
+        except BaseException:
+            for claim in fresh:
+                await self.jobs.release(tenant.name, claim.job_id)
+            raise
 
         for chunk in _chunks(inline):
             graded = await off_loop(self._grade_chunk, chunk, tenant.name, tenant=tenant.name)
