@@ -24,6 +24,7 @@ import pytest
 from app.jobs import grade_log
 from app.tasks.synthetic.bank import SyntheticBank
 from app.tenants import new_key
+from tests.support.impl_jobs import until
 from tests.support.redis_server import RedisServer
 from tests.support.server import ROOT, running_server
 from tests.support.workers import start_worker, stop_worker
@@ -75,15 +76,6 @@ def _status_counts(status: dict) -> dict[tuple[str, str], int]:
     by_split = {(split, outcome): n for split, row in grades["by_split"].items() for outcome, n in row.items()}
     assert sum(sum(b["by_outcome"].values()) for b in grades["buckets"]) == sum(by_split.values())
     return by_split
-
-
-def _wait_for(check, timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Grader:
@@ -147,7 +139,7 @@ def test_status_and_metrics_count_every_grade_once_across_processes_and_a_worker
 
             # Each API process writes its counts within a second; then every scrape, whichever
             # process answers, and the status page read the same ledger.
-            _wait_for(lambda: _metrics_totals(url, keys["ops"]) == made, what="every grade on /metrics")
+            until(lambda: _metrics_totals(url, keys["ops"]) == made, 30, "every grade on /metrics")
             assert all(_metrics_totals(url, keys["ops"]) == made for _ in range(6))
             operator = _status(url, keys["ops"])
             assert _status_counts(operator) == _by_split_outcome(made)
@@ -179,14 +171,14 @@ def test_inline_grades_made_while_redis_is_away_are_counted_when_it_returns() ->
             grader = Grader(url, {"local": ""})
             for tenant, body in _inline_mix("local", 31, 4, 2, 2):
                 grader.grade(tenant, body)
-            _wait_for(lambda: _metrics_totals(url, "") == grader.all(), what="the first grades")
+            until(lambda: _metrics_totals(url, "") == grader.all(), 30, "the first grades")
             redis_server.stop()
             for tenant, body in _inline_mix("local", 33, 5, 3, 1):  # grading goes on
                 grader.grade(tenant, body)
             assert _metrics_totals(url, "") == Counter()  # no figures while Redis is away, not wrong ones
             time.sleep(2)  # the API's writes fail meanwhile
             redis_server.start()
-            _wait_for(lambda: _metrics_totals(url, "") == grader.all(), what="the grades made during the outage")
+            until(lambda: _metrics_totals(url, "") == grader.all(), 30, "the grades made during the outage")
             assert _status_counts(_status(url, "")) == _by_split_outcome(grader.all())
             time.sleep(1.5)
             assert _metrics_totals(url, "") == grader.all()  # written once

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -14,6 +15,8 @@ from app.grade_ledger import KEEP_FAULTS, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS,
 from app.jobs import grade_log
 from app.jobs.grade_log import RedisLedger
 from app.redis_link import REDIS_ERRORS
+from tests.support.grade_counts import window_totals
+from tests.support.impl_jobs import until
 from tests.support.redis_server import RedisServer
 
 LABELS = [("synthetic", "numeric", "correct"), ("inline", "numeric", "incorrect"), ("exam", "judge", "judge_error")]
@@ -23,24 +26,16 @@ def _connection(server: RedisServer) -> redis.Redis:
     return redis.Redis(port=server.port, socket_timeout=2, socket_connect_timeout=1)
 
 
-def _wait_for(check, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _answered(check: Callable[[], object]) -> Callable[[], object]:
+    """``check``, false while Redis does not answer (it is being restarted)."""
+
+    def quietly() -> object:
         try:
-            if found := check():
-                return found
+            return check()
         except REDIS_ERRORS:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("timed out")
+            return False
 
-
-def _window_totals(window: dict) -> dict:
-    found: dict = {}
-    for counts in window.values():
-        for key, n in counts.items():
-            found[key] = found.get(key, 0) + n
-    return found
+    return quietly
 
 
 def test_inline_counts_land_in_the_workers_keys(redis_server: RedisServer) -> None:
@@ -55,13 +50,14 @@ def test_inline_counts_land_in_the_workers_keys(redis_server: RedisServer) -> No
         if labels[2] == "judge_error":
             ledger.add_fault("judge_error", "exam/judge", tenant, now)
     # written by the thread within its interval, with no reader's help
-    _wait_for(lambda: ledger.held() == 0 and sum(grade_log.totals(connection).values()) == 5)
+    until(_answered(lambda: ledger.held() == 0 and sum(grade_log.totals(connection).values()) == 5), 20,
+          "the counts in Redis")
     assert grade_log.totals(connection) == {LABELS[0]: 2, LABELS[1]: 1, LABELS[2]: 2}
-    assert _window_totals(grade_log.window(connection)) == {("synthetic", "correct"): 2, ("inline", "incorrect"): 1,
+    assert window_totals(grade_log.window(connection)) == {("synthetic", "correct"): 2, ("inline", "incorrect"): 1,
                                                             ("exam", "judge_error"): 2}
-    assert _window_totals(grade_log.window(connection, tenant="a")) == {("synthetic", "correct"): 1,
+    assert window_totals(grade_log.window(connection, tenant="a")) == {("synthetic", "correct"): 1,
                                                                         ("exam", "judge_error"): 2}
-    assert _window_totals(grade_log.window(connection, tenant="b")) == {("synthetic", "correct"): 1}
+    assert window_totals(grade_log.window(connection, tenant="b")) == {("synthetic", "correct"): 1}
     assert [f["kind"] for f in grade_log.faults(connection, "a")] == ["judge_error"] * 2  # the worker's and ours
     assert grade_log.faults(connection, "b") == []
     # the ledger reads what it wrote, as the status page and /metrics do
@@ -82,7 +78,7 @@ def test_counts_wait_through_a_redis_outage_and_are_written_once() -> None:
 
         for i in range(30):
             grade(LABELS[i % 3], "a")
-        _wait_for(lambda: grade_log.totals(connection) == made)
+        until(_answered(lambda: grade_log.totals(connection) == made), 20, "the counts in Redis")
         server.stop()
         started = time.monotonic()
         for i in range(300):  # grading goes on while Redis is away, at memory speed
@@ -93,9 +89,10 @@ def test_counts_wait_through_a_redis_outage_and_are_written_once() -> None:
         time.sleep(1.0)  # the thread has failed to write at least once
         assert ledger.held() == 300
         server.start()  # the same port and data (AOF): the thread's retry writes what waited
-        _wait_for(lambda: ledger.held() == 0 and grade_log.totals(connection) == made)
+        until(_answered(lambda: ledger.held() == 0 and grade_log.totals(connection) == made), 20,
+              "the counts in Redis")
         of_b = {(s, o): sum(1 for i in range(300) if i % 2 and LABELS[i % 3] == (s, g, o)) for s, g, o in LABELS}
-        assert _window_totals(grade_log.window(connection, tenant="b")) == of_b
+        assert window_totals(grade_log.window(connection, tenant="b")) == of_b
         time.sleep(0.3)
         assert grade_log.totals(connection) == made  # and not again
         ledger.close()
@@ -150,7 +147,7 @@ def test_memory_ledger_keeps_tenants_apart() -> None:
     ledger.add_fault("judge_error", "exam/judge", "a", now)
     ledger.add(LABELS[1], "b", now)
     assert ledger.totals() == {LABELS[0]: 1, LABELS[1]: 1, LABELS[2]: 1}
-    assert _window_totals(ledger.window("b", now)) == {("inline", "incorrect"): 1}
+    assert window_totals(ledger.window("b", now)) == {("inline", "incorrect"): 1}
     assert ledger.faults("b") == [] and ledger.faults("nobody") == [] and ledger.window("nobody", now) == {}
     assert [f["kind"] for f in ledger.faults("a")] == [f["kind"] for f in ledger.faults(None)] == ["judge_error"]
     assert json.dumps(ledger.faults(None))  # plain JSON for the status page
