@@ -187,6 +187,7 @@ class RedisLedger:
         self._totals: dict[str, int] = {}
         self._buckets: dict[str, tuple[int, dict[str, int]]] = {}  # key -> (start, field -> n)
         self._newest = 0
+        self._fields: dict[tuple[Labels, str | None], GradeCount] = {}  # of the newest bucket
         self._faults: dict[str, deque[str]] = {}  # list key -> entries, oldest first
         self._pending = 0  # grades in _totals
         self._unsent: _Batch | None = None  # taken from pending, not yet known written
@@ -198,14 +199,20 @@ class RedisLedger:
     # -- writing
 
     def add(self, labels: Labels, tenant: str | None, now: float) -> None:
-        count = grade_count(*labels, now=now, tenant=tenant)
         start = bucket_start(now)
         with self._lock:
-            self._totals[count.total_field] = self._totals.get(count.total_field, 0) + 1
-            self._pending += 1
             if start > self._newest:
                 self._newest = start
                 self._drop_stale(start)
+                self._fields.clear()
+            # the fields of this bucket, made once per label set and tenant (on every grade)
+            count = self._fields.get((labels, tenant)) if start == self._newest else None
+            if count is None:
+                count = grade_count(*labels, now=now, tenant=tenant)
+                if start == self._newest:
+                    self._fields[labels, tenant] = count
+            self._totals[count.total_field] = self._totals.get(count.total_field, 0) + 1
+            self._pending += 1
             for key, field in count.buckets:
                 fields = self._buckets.setdefault(key, (start, {}))[1]
                 fields[field] = fields.get(field, 0) + 1
@@ -229,7 +236,8 @@ class RedisLedger:
                 if self._thread is None and not self._stop.is_set():
                     self._thread = threading.Thread(target=self._run, name="grade-ledger", daemon=True)
                     self._thread.start()
-        self._wake.set()
+        if not self._wake.is_set():  # set takes a lock and notifies; most grades find it set
+            self._wake.set()
 
     def _run(self) -> None:
         pause = self.interval
