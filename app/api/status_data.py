@@ -10,6 +10,7 @@ pids and current job ids), no queues, no readiness internals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
@@ -64,8 +65,11 @@ def _grades(window: Window, now: float) -> dict[str, Any]:
 
 def _redis_side(connection: redis.Redis, tenant: str | None) -> dict[str, Any]:
     """The deployment's side (``tenant`` None, for the operator), or one tenant's own counts."""
+    # This process's pending counts are part of the figures; if they cannot be written now they
+    # wait for the ledger's next write, and the figures are read all the same.
+    with contextlib.suppress(redis.RedisError, *REDIS_ERRORS):
+        ledger().flush()
     try:
-        ledger().flush()  # this process's pending counts are part of the figures
         if tenant is not None:
             return {"workers": [], "queues": {}, "window": grade_log.window(connection, tenant=tenant),
                     "faults": grade_log.faults(connection, tenant), "error": None}

@@ -249,7 +249,7 @@ class RedisLedger:
             try:
                 self.flush()
                 pause = self.interval
-            except REDIS_ERRORS as exc:
+            except (*REDIS_ERRORS, redis.RedisError) as exc:  # unreachable, or refusing writes (out of memory)
                 self._wake.set()
                 if not self._failing:
                     log.warning("grade counts not written to Redis (%s): kept in memory, retrying",
@@ -313,7 +313,7 @@ class RedisLedger:
             self._stop.clear()
         try:
             self.flush()
-        except REDIS_ERRORS as exc:
+        except (*REDIS_ERRORS, redis.RedisError) as exc:
             log.error("%d grade counts could not be written to Redis (%s) and are lost", self.held(),
                       type(exc).__name__)
 

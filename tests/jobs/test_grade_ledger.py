@@ -100,6 +100,26 @@ def test_counts_wait_through_a_redis_outage_and_are_written_once() -> None:
         server.close()
 
 
+def test_counts_wait_while_redis_refuses_writes(redis_server: RedisServer) -> None:
+    """Redis answers but refuses every write (out of memory): the writer is not stopped by the
+    refusal, keeps the counts and writes them once Redis accepts writes again."""
+    connection = _connection(redis_server)
+    connection.config_set("maxmemory-policy", "noeviction")
+    connection.config_set("maxmemory", 1)
+    ledger = RedisLedger(connection, interval=0.05)
+    try:
+        for _ in range(9):
+            ledger.add(LABELS[1], "a", time.time())
+        with pytest.raises(redis.exceptions.ResponseError, match="maxmemory"):
+            ledger.flush()
+        time.sleep(0.5)  # the thread's writes are refused too
+        assert ledger.held() == 9 and grade_log.totals(connection) == {}
+    finally:
+        connection.config_set("maxmemory", 0)
+    until(lambda: ledger.held() == 0 and grade_log.totals(connection) == {LABELS[1]: 9}, 20, "the counts in Redis")
+    ledger.close()
+
+
 def test_a_retried_write_whose_answer_was_lost_counts_once(redis_server: RedisServer) -> None:
     """The script ran but its answer never came back (the connection broke after the command was
     sent): the ledger keeps the batch and sends it again; the second run must count nothing."""
