@@ -165,25 +165,30 @@ def use_ledger(new: GradeLedger) -> None:
 
 def count(split: str, grading: str, outcome: str, tenant: str | None) -> None:
     """One grade, into the ledger (unless the caller's result write counts it: see below)."""
-    if getattr(_elsewhere, "on", False):
+    labels = (split, grading, outcome)
+    held: list[Labels] | None = getattr(_elsewhere, "labels", None)
+    if held is not None:
+        held.append(labels)
         return
     now = time.time()
     book = _ledger[0]
-    book.add((split, grading, outcome), tenant, now)
+    book.add(labels, tenant, now)
     if outcome in FAULT_OUTCOMES:
         book.add_fault(outcome, f"{split}/{grading}", tenant, now)
 
 
 @contextmanager
-def counted_on_publish() -> Iterator[None]:
+def counted_on_publish() -> Iterator[list[Labels]]:
     """A worker counts a queued grade in the script that writes its result, so that it is
-    counted if and only if its result was written (app.jobs.leases): grades made inside this
-    block are not counted again by the grading code."""
-    _elsewhere.on = True
+    counted if and only if its result was written (app.jobs.leases). Grades made inside this
+    block are not counted by the grading code: their labels, as it would have counted them (a
+    held-out split's outcome as its tenant sees it), are handed to the caller to count with."""
+    held: list[Labels] = []
+    _elsewhere.labels = held
     try:
-        yield
+        yield held
     finally:
-        _elsewhere.on = False
+        _elsewhere.labels = None
 
 
 atexit.register(lambda: _ledger[0].close())

@@ -64,7 +64,7 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
         if attempt == RESULT_EXISTS:
             return {"job_id": job.id, "already_graded": True}
         shared = _reaching_redis(lambda: with_deployment_secret(settings, connection))
-        with counted_on_publish():  # counted with the result's write below, exactly once
+        with counted_on_publish() as counted:  # counted with the result's write below, exactly once
             result = GradingService(shared).run_job(payload)
         if result.grading == "impl":
             worker_health.note_impl_outcome(result.outcome.value)
@@ -72,7 +72,8 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
         result.job_id = job.id
         text = result.model_dump_json()
         tenant = str(payload.get("tenant", ""))
-        labels = (result.split or "inline", result.grading, result.outcome.value)
+        # the labels the grading code counts with, as an inline grade's are
+        labels = counted[-1] if counted else (result.split or "inline", result.grading, result.outcome.value)
         count = grade_count(*labels, tenant=tenant or None)
         written = _wait_while_held_elsewhere(lambda: lease.publish(text, tenant, ttl, count), pause)
         if written == 1:  # the lease is left to lapse (a later attempt finds the result first)

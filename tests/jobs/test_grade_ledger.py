@@ -11,9 +11,18 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from app.grade_ledger import KEEP_FAULTS, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS, MemoryLedger, bucket_start
+from app.grade_ledger import (
+    KEEP_FAULTS,
+    WINDOW_BUCKET_SECONDS,
+    WINDOW_BUCKETS,
+    MemoryLedger,
+    bucket_start,
+    counted_on_publish,
+    use_ledger,
+)
 from app.jobs import grade_log
 from app.jobs.grade_log import RedisLedger
+from app.observability import record_grade
 from app.redis_link import REDIS_ERRORS
 from tests.support.grade_counts import window_totals
 from tests.support.impl_jobs import until
@@ -171,3 +180,16 @@ def test_memory_ledger_keeps_tenants_apart() -> None:
     assert ledger.faults("b") == [] and ledger.faults("nobody") == [] and ledger.window("nobody", now) == {}
     assert [f["kind"] for f in ledger.faults("a")] == [f["kind"] for f in ledger.faults(None)] == ["judge_error"]
     assert json.dumps(ledger.faults(None))  # plain JSON for the status page
+
+
+def test_a_grade_counted_with_its_result_write_is_not_counted_by_the_grading_code() -> None:
+    """A worker's grade: record_grade hands its labels over instead of counting (the worker counts
+    them with the result's write, app.jobs.leases); outside that block, it counts."""
+    book = MemoryLedger()
+    use_ledger(book)
+    with counted_on_publish() as counted:
+        record_grade("exam", "judge", "judge_error", 0.01, "a")
+    assert counted == [("exam", "judge", "judge_error")]
+    assert book.totals() == {} and book.faults(None) == [] and book.window("a", time.time()) == {}
+    record_grade(None, "numeric", "correct", 0.01, "a")
+    assert book.totals() == {("inline", "numeric", "correct"): 1}
