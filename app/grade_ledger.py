@@ -4,7 +4,7 @@ minutes, the deployment's and each tenant's, and the last grader faults) and /me
 totals per split, grading and outcome).
 
 With no Redis (embedded mode, one process) the ledger is this module's ``MemoryLedger``. With
-Redis it is ``app.jobs.grade_log.RedisLedger``: the API's inline grades go into the same Redis
+Redis it is ``app.jobs.redis_ledger.RedisLedger``: the API's inline grades go into the same Redis
 keys the workers count queued grades in, so every API replica and process reads the whole
 deployment. Labels only (split, grading, outcome, tenant name, route template): never a
 completion, a task's answer or an explanation."""

@@ -24,10 +24,10 @@ from app.graders.impl import sandbox_status
 from app.grading.service import GradingService
 from app.jobs.base import JobBackend
 from app.jobs.embedded import EmbeddedJobs
-from app.jobs.grade_log import ledger_for
 from app.jobs.queue_metrics import watch_queues
 from app.jobs.readiness import impl_workers_ready
 from app.jobs.redis_jobs import RedisJobs
+from app.jobs.redis_ledger import ledger_for
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
 from app.settings import Settings, get_settings

@@ -32,8 +32,9 @@ from tests.support.workers import start_worker, stop_worker
 pytestmark = pytest.mark.slow  # real servers
 
 JUDGE_URL = "http://127.0.0.1:9/v1"  # nothing listens: every judged item is a judge fault
-GRADES = re.compile(r'^scaling_grader_grades_total\{grading="([^"]+)",outcome="([^"]+)",split="([^"]+)"\} (\S+)$',
-                    re.MULTILINE)
+GRADES = re.compile(
+    r'^scaling_grader_grades_total\{grading="([^"]+)",outcome="([^"]+)",split="([^"]+)"\} (\S+)$', re.MULTILINE
+)
 BANK = SyntheticBank()
 
 
@@ -41,9 +42,11 @@ def _tenants(tmp: Path, names: tuple[str, ...]) -> tuple[Path, dict[str, str]]:
     keys, lines = {}, []
     for name in names:
         keys[name], digest = new_key()
-        lines.append(f'[[tenant]]\nname = {json.dumps(name)}\nkey_sha256 = "{digest}"\nrate_per_second = 10000\n'
-                     f'burst = 10000\noperator = {"true" if name == "ops" else "false"}\n'
-                     f'judge_base_urls = ["{JUDGE_URL}"]\n')
+        lines.append(
+            f'[[tenant]]\nname = {json.dumps(name)}\nkey_sha256 = "{digest}"\nrate_per_second = 10000\n'
+            f"burst = 10000\noperator = {'true' if name == 'ops' else 'false'}\n"
+            f'judge_base_urls = ["{JUDGE_URL}"]\n'
+        )
     path = tmp / "tenants.toml"
     path.write_text("\n".join(lines))
     return path, keys
@@ -102,10 +105,14 @@ def _inline_mix(tenant: str, seed: int, right: int, wrong: int, reference: int) 
     for i in range(right):
         task = f"synthetic/{seed}/{i}"
         bodies.append((tenant, {"task_id": task, "completion": "Final answer: " + ", ".join(BANK.get(task).gold)}))
-    bodies += [(tenant, {"task_id": f"synthetic/{seed + 1}/{i}", "completion": "Final answer: 12345 furlongs"})
-               for i in range(wrong)]
-    bodies += [(tenant, {"reference": {"values": ["3 s"]}, "completion": f"Final answer: {2 + i % 2} s"})
-               for i in range(reference)]
+    bodies += [
+        (tenant, {"task_id": f"synthetic/{seed + 1}/{i}", "completion": "Final answer: 12345 furlongs"})
+        for i in range(wrong)
+    ]
+    bodies += [
+        (tenant, {"reference": {"values": ["3 s"]}, "completion": f"Final answer: {2 + i % 2} s"})
+        for i in range(reference)
+    ]
     return bodies
 
 
@@ -115,21 +122,40 @@ def test_status_and_metrics_count_every_grade_once_across_processes_and_a_worker
     redis_server = RedisServer().start()
     shared = tmp_path / "metrics"
     shared.mkdir()
-    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, "SCALING_GRADER_TENANTS_FILE": str(tenants),
-           "PROMETHEUS_MULTIPROC_DIR": str(shared), "SCALING_GRADER_JUDGE__MAX_RETRIES": "0",
-           "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([JUDGE_URL])}
+    env = {
+        "SCALING_GRADER_REDIS_URL": redis_server.url,
+        "SCALING_GRADER_TENANTS_FILE": str(tenants),
+        "PROMETHEUS_MULTIPROC_DIR": str(shared),
+        "SCALING_GRADER_JUDGE__MAX_RETRIES": "0",
+        "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([JUDGE_URL]),
+    }
     worker = start_worker(redis_server.url, "ledger-worker", env, queues="judge")
     try:
         with running_server(env, args=("--workers", "2")) as url:
             grader = Grader(url, keys)
             ops = {"Authorization": f"Bearer {keys['ops']}"}
-            judge_tasks = [t["id"] for t in httpx.get(url + "/v1/tasks", params={"split": "exam", "n": 200},
-                                                      headers=ops).json()["tasks"] if t["grading"] == "judge"][:3]
+            judge_tasks = [
+                t["id"]
+                for t in httpx.get(url + "/v1/tasks", params={"split": "exam", "n": 200}, headers=ops).json()["tasks"]
+                if t["grading"] == "judge"
+            ][:3]
             assert len(judge_tasks) == 3
-            bodies = [*_inline_mix("alpha", 21, 12, 6, 4), *_inline_mix("alpha:1", 23, 5, 2, 3),
-                      *_inline_mix("ops", 25, 3, 1, 1)]
-            bodies += [("alpha", {"task_id": task, "completion": "Final answer: yes",
-                                  "judge": {"model": "m", "base_url": JUDGE_URL}}) for task in judge_tasks]
+            bodies = [
+                *_inline_mix("alpha", 21, 12, 6, 4),
+                *_inline_mix("alpha:1", 23, 5, 2, 3),
+                *_inline_mix("ops", 25, 3, 1, 1),
+            ]
+            bodies += [
+                (
+                    "alpha",
+                    {
+                        "task_id": task,
+                        "completion": "Final answer: yes",
+                        "judge": {"model": "m", "base_url": JUDGE_URL},
+                    },
+                )
+                for task in judge_tasks
+            ]
             with concurrent.futures.ThreadPoolExecutor(12) as pool:
                 results = list(pool.map(lambda tb: grader.grade(*tb), bodies))
             judged = [r for r in results if r["grading"] == "judge"]
@@ -202,7 +228,12 @@ def test_embedded_mode_counts_in_its_process_and_keeps_tenants_apart(tmp_path: P
 
 def test_embedded_mode_refuses_several_processes() -> None:
     """Its counts (and jobs) live in one process's memory: two could not add up."""
-    done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--workers", "2"], cwd=ROOT,
-                          env={k: v for k, v in os.environ.items() if k != "SCALING_GRADER_REDIS_URL"},
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--workers", "2"],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "SCALING_GRADER_REDIS_URL"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "several --workers need SCALING_GRADER_REDIS_URL" in done.stderr

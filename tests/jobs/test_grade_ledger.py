@@ -21,7 +21,7 @@ from app.grade_ledger import (
     use_ledger,
 )
 from app.jobs import grade_log
-from app.jobs.grade_log import RedisLedger
+from app.jobs.redis_ledger import RedisLedger
 from app.observability import record_grade
 from app.redis_link import REDIS_ERRORS
 from tests.support.grade_counts import window_totals
@@ -59,13 +59,21 @@ def test_inline_counts_land_in_the_workers_keys(redis_server: RedisServer) -> No
         if labels[2] == "judge_error":
             ledger.add_fault("judge_error", "exam/judge", tenant, now)
     # written by the thread within its interval, with no reader's help
-    until(_answered(lambda: ledger.held() == 0 and sum(grade_log.totals(connection).values()) == 5), 20,
-          "the counts in Redis")
+    until(
+        _answered(lambda: ledger.held() == 0 and sum(grade_log.totals(connection).values()) == 5),
+        20,
+        "the counts in Redis",
+    )
     assert grade_log.totals(connection) == {LABELS[0]: 2, LABELS[1]: 1, LABELS[2]: 2}
-    assert window_totals(grade_log.window(connection)) == {("synthetic", "correct"): 2, ("inline", "incorrect"): 1,
-                                                            ("exam", "judge_error"): 2}
-    assert window_totals(grade_log.window(connection, tenant="a")) == {("synthetic", "correct"): 1,
-                                                                        ("exam", "judge_error"): 2}
+    assert window_totals(grade_log.window(connection)) == {
+        ("synthetic", "correct"): 2,
+        ("inline", "incorrect"): 1,
+        ("exam", "judge_error"): 2,
+    }
+    assert window_totals(grade_log.window(connection, tenant="a")) == {
+        ("synthetic", "correct"): 1,
+        ("exam", "judge_error"): 2,
+    }
     assert window_totals(grade_log.window(connection, tenant="b")) == {("synthetic", "correct"): 1}
     assert [f["kind"] for f in grade_log.faults(connection, "a")] == ["judge_error"] * 2  # the worker's and ours
     assert grade_log.faults(connection, "b") == []
@@ -98,8 +106,7 @@ def test_counts_wait_through_a_redis_outage_and_are_written_once() -> None:
         time.sleep(1.0)  # the thread has failed to write at least once
         assert ledger.held() == 300
         server.start()  # the same port and data (AOF): the thread's retry writes what waited
-        until(_answered(lambda: ledger.held() == 0 and grade_log.totals(connection) == made), 20,
-              "the counts in Redis")
+        until(_answered(lambda: ledger.held() == 0 and grade_log.totals(connection) == made), 20, "the counts in Redis")
         of_b = {(s, o): sum(1 for i in range(300) if i % 2 and LABELS[i % 3] == (s, g, o)) for s, g, o in LABELS}
         assert window_totals(grade_log.window(connection, tenant="b")) == of_b
         time.sleep(0.3)
@@ -160,8 +167,9 @@ def test_what_waits_for_redis_stays_bounded() -> None:
         ledger.add_fault("judge_error", "exam/judge", "t0", start + second)
     window_buckets = WINDOW_BUCKETS + 1
     assert len(ledger._buckets) <= window_buckets * 4  # the deployment's and three tenants'
-    assert {b for b, _ in ledger._buckets.values()} <= {bucket_start(start + 3600) - i * WINDOW_BUCKET_SECONDS
-                                                        for i in range(window_buckets)}
+    assert {b for b, _ in ledger._buckets.values()} <= {
+        bucket_start(start + 3600) - i * WINDOW_BUCKET_SECONDS for i in range(window_buckets)
+    }
     assert all(len(entries) <= KEEP_FAULTS for entries in ledger._faults.values())
     assert ledger._totals == {"|".join(labels): 1800 for labels in LABELS}
     assert ledger.held() == 3 * 1800

@@ -37,7 +37,7 @@ def test_every_scrape_sums_all_processes(tmp_path, redis_server) -> None:
         # many at once, each on a new connection: both processes accept some
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             assert list(pool.map(grade, range(sent))) == [1.0] * sent
-        # each process writes its grades into the ledger within a second (app.jobs.grade_log)
+        # each process writes its grades into the ledger within a second (app.jobs.redis_ledger)
         deadline = time.monotonic() + 30
         while _count(httpx.get(url + "/metrics").text) != sent and time.monotonic() < deadline:
             time.sleep(0.2)
