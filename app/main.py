@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from fastapi import FastAPI
 
 from app import __version__
@@ -18,6 +19,7 @@ from app.api.docs import install_offline_docs
 from app.api.errors import document_error_bodies, install_error_handlers
 from app.api.openapi_docs import document_limits, document_refusals
 from app.api.routing import REWARD_PATH, CanonicalPaths, document_twins, install_not_found_hints
+from app.grade_ledger import use_ledger
 from app.graders.impl import sandbox_status
 from app.grading.service import GradingService
 from app.jobs.base import JobBackend
@@ -25,6 +27,7 @@ from app.jobs.embedded import EmbeddedJobs
 from app.jobs.queue_metrics import watch_queues
 from app.jobs.readiness import impl_workers_ready
 from app.jobs.redis_jobs import RedisJobs
+from app.jobs.redis_ledger import ledger_for
 from app.observability import BodyLimitMiddleware, MetricsMiddleware
 from app.ratelimit import RateLimiter
 from app.settings import Settings, get_settings
@@ -94,12 +97,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                 "grade and run code here. Set SCALING_GRADER_TENANTS_FILE, or bind 127.0.0.1.")
     tenants = TenantsFile(settings.tenants_file) if settings.tenants_file else None
     grading = GradingService(settings, job_backend(settings))
+    counts = ledger_for(settings.redis_url)  # of grades, read by the status page and /metrics
+    use_ledger(counts)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         freeze_startup_objects()
         yield
         await grading.jobs.close()
+        await anyio.to_thread.run_sync(counts.close)  # this process's last grade counts
 
     # No OpenTelemetry (metrics are Prometheus's, app/observability.py): FastAPI otherwise asks on
     # every request whether a provider was configured since.

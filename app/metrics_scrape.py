@@ -5,7 +5,8 @@ counters and a scrape would see whichever process answered, so the figures jumpe
 scrape. With more than one process, serve gives them a shared directory (Prometheus's
 multiprocess mode, PROMETHEUS_MULTIPROC_DIR): every process writes its metric values there and
 a scrape sums them, whichever process answers. The Redis-side figures (queues, workers, the
-deployment's grades and refusals) are read from Redis at scrape time, once."""
+deployment's refusals) and the grade counter (from the grade ledger, which in Redis mode every
+process writes its grades into) are read at scrape time, once: never summed over processes."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from app.jobs.queue_metrics import QUEUE_COLLECTOR
+from app.jobs.queue_metrics import GRADE_COLLECTOR, QUEUE_COLLECTOR
 from app.observability import REGISTRY
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -57,4 +58,5 @@ def scrape() -> bytes:
     registry = CollectorRegistry()
     MultiProcessCollector(registry)
     registry.register(QUEUE_COLLECTOR)
+    registry.register(GRADE_COLLECTOR)
     return generate_latest(registry)

@@ -1,18 +1,19 @@
 """Prometheus metrics, in a registry of our own so that several apps in one process (tests)
 never collide, and a pure-ASGI middleware that times requests (cheaper than BaseHTTPMiddleware
-on the grading hot path)."""
+on the grading hot path). Grade counts are not kept here: they go into the grade ledger
+(app.grade_ledger), and /metrics reads its grade counter from there (app.jobs.queue_metrics)."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections import deque
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
+
+from app.grade_ledger import count, ledger
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -23,8 +24,6 @@ HTTP_LATENCY = Histogram(
     "scaling_grader_http_request_seconds", "HTTP request latency", ["route"], registry=REGISTRY,
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
-GRADES = Counter("scaling_grader_grades_total", "Grades by split, kind and outcome",
-                 ["split", "grading", "outcome"], registry=REGISTRY)
 GRADE_LATENCY = Histogram(
     "scaling_grader_grade_seconds", "Time to grade one item", ["grading"], registry=REGISTRY,
     buckets=(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60),
@@ -34,74 +33,6 @@ TENANT_REQUESTS = Counter("scaling_grader_tenant_requests_total", "Requests per 
 READY = Gauge("scaling_grader_ready", "1 when /readyz passes", registry=REGISTRY,
               multiprocess_mode="mostrecent")  # with several API processes: the last readyz answered
 
-
-# Outcomes that mean the grader, not the candidate, failed: the status page lists the last ones.
-FAULT_OUTCOMES = frozenset({"sandbox_error", "judge_error", "error"})
-WINDOW_BUCKET_SECONDS = 10
-WINDOW_BUCKETS = 30  # five minutes
-
-
-class GradeWindow:
-    """Grades per (split, outcome) in 10-second buckets over the last five minutes, and the last
-    grader faults and server errors, for the status page. Labels only (split, outcome, kind,
-    route template): never a completion, a task's answer or an explanation."""
-
-    def __init__(self, bucket_seconds: int = WINDOW_BUCKET_SECONDS, buckets: int = WINDOW_BUCKETS) -> None:
-        self.bucket_seconds, self.buckets = bucket_seconds, buckets
-        self._counts: deque[tuple[int, dict[tuple[str, str], int]]] = deque(maxlen=buckets)
-        # the newest bucket, also the last of _counts
-        self._start = -1
-        self._current: dict[tuple[str, str], int] = {}
-        self._faults: deque[dict[str, Any]] = deque(maxlen=20)
-        self._lock = threading.Lock()
-
-    def add(self, split: str, outcome: str, now: float | None = None) -> None:
-        # On every grade: kept to a clock read, a lock and one dict update.
-        start = int(time.time() if now is None else now) // self.bucket_seconds * self.bucket_seconds
-        key = (split, outcome)
-        with self._lock:
-            if start > self._start:  # a clock stepped back counts in the newest bucket
-                self._start, self._current = start, {}
-                self._counts.append((start, self._current))
-            current = self._current
-            current[key] = current.get(key, 0) + 1
-
-    def add_fault(self, kind: str, where: str, now: float | None = None) -> None:
-        with self._lock:
-            self._faults.append({"at": time.time() if now is None else now, "kind": kind, "where": where})
-
-    def counts(self, now: float | None = None) -> dict[int, dict[tuple[str, str], int]]:
-        """Bucket start (epoch seconds) -> counts, for the buckets still inside the window."""
-        now = time.time() if now is None else now
-        horizon = now - self.bucket_seconds * self.buckets
-        with self._lock:
-            return {start: dict(c) for start, c in self._counts if start > horizon}
-
-    def faults(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self._faults)
-
-
-GRADE_WINDOW = GradeWindow()
-
-
-class TenantWindows:
-    """One GradeWindow per tenant, so that a tenant's status page shows its own grades and faults
-    only. Tenants are the names of the tenants file (or "local"): a closed set."""
-
-    def __init__(self) -> None:
-        self._windows: dict[str, GradeWindow] = {}
-        self._lock = threading.Lock()
-
-    def of(self, tenant: str) -> GradeWindow:
-        window = self._windows.get(tenant)
-        if window is None:
-            with self._lock:
-                window = self._windows.setdefault(tenant, GradeWindow())
-        return window
-
-
-TENANT_WINDOWS = TenantWindows()
 
 # The status nginx logs for a client that closed its connection before the answer.
 CLIENT_CLOSED = 499
@@ -119,23 +50,11 @@ def child(metric: Any, *labels: str) -> Any:
     return found
 
 
-# (split, grading, outcome) -> (grade counter, grade latency histogram); bounded like the labels.
-_grade_series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
-
-
 def record_grade(split: str | None, grading: str, outcome: str, seconds: float, tenant: str | None = None) -> None:
-    split = split or "inline"
-    key = (split, grading, outcome)
-    series = _grade_series.get(key)
-    if series is None:
-        series = _grade_series[key] = (child(GRADES, split, grading, outcome), child(GRADE_LATENCY, grading))
-    series[0].inc()
-    series[1].observe(seconds)
-    windows = (GRADE_WINDOW,) if tenant is None else (GRADE_WINDOW, TENANT_WINDOWS.of(tenant))
-    for window in windows:
-        window.add(split, outcome)
-        if outcome in FAULT_OUTCOMES:
-            window.add_fault(outcome, f"{split}/{grading}")
+    """One grade made in this process: counted once, into the grade ledger (app.grade_ledger), which
+    the status page and /metrics' grade counter both read; its time, into a histogram here."""
+    count(split or "inline", grading, outcome, tenant)
+    child(GRADE_LATENCY, grading).observe(seconds)
 
 
 class MetricsMiddleware:
@@ -178,7 +97,7 @@ class MetricsMiddleware:
             series[0].inc()
             series[1].observe(time.perf_counter() - start)
             if status >= 500:
-                GRADE_WINDOW.add_fault(f"http_{status}", f"{method} {name}")
+                ledger().add_fault(f"http_{status}", f"{method} {name}", None, time.time())
 
 
 class BodyLimitMiddleware:

@@ -11,12 +11,12 @@ from typing import Any, TypeVar
 
 from rq import get_current_job
 
+from app.grade_ledger import FAULT_OUTCOMES, counted_on_publish
 from app.grading.service import GradingService
 from app.jobs import worker_health
 from app.jobs.case_secret import with_deployment_secret
 from app.jobs.grade_log import grade_count, note_fault
 from app.jobs.leases import RESULT_EXISTS, TAKEN_ELSEWHERE, Lease, held, new_token
-from app.observability import FAULT_OUTCOMES
 from app.redis_link import REDIS_ERRORS
 from app.settings import Settings, get_settings
 
@@ -64,14 +64,16 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
         if attempt == RESULT_EXISTS:
             return {"job_id": job.id, "already_graded": True}
         shared = _reaching_redis(lambda: with_deployment_secret(settings, connection))
-        result = GradingService(shared).run_job(payload)
+        with counted_on_publish() as counted:  # counted with the result's write below, exactly once
+            result = GradingService(shared).run_job(payload)
         if result.grading == "impl":
             worker_health.note_impl_outcome(result.outcome.value)
         result.details["attempt"] = attempt  # >1 when a worker looked dead holding this job and it was re-run
         result.job_id = job.id
         text = result.model_dump_json()
         tenant = str(payload.get("tenant", ""))
-        labels = (result.split or "inline", result.grading, result.outcome.value)
+        # the labels the grading code counts with, as an inline grade's are
+        labels = counted[-1] if counted else (result.split or "inline", result.grading, result.outcome.value)
         count = grade_count(*labels, tenant=tenant or None)
         written = _wait_while_held_elsewhere(lambda: lease.publish(text, tenant, ttl, count), pause)
         if written == 1:  # the lease is left to lapse (a later attempt finds the result first)

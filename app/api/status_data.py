@@ -1,6 +1,8 @@
 """The figures of the status page, gathered from what the service already knows: the readiness
-checks, the split banks, RQ's registries and the grade windows. Only labels, counts and ids:
-never a completion, a reference answer or a hidden case.
+checks, the split banks, RQ's registries and the grade ledger (app.grade_ledger: in Redis mode
+the whole deployment's grades, inline and queued, the same on every API replica and process; in
+embedded mode this process's). Only labels, counts and ids: never a completion, a reference
+answer or a hidden case.
 
 The operator sees the whole deployment. A tenant sees the splits, whether the service is ready,
 and its own grades and grader faults only: no other tenant's activity, no workers (their hosts,
@@ -8,6 +10,7 @@ pids and current job ids), no queues, no readiness internals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
@@ -20,15 +23,13 @@ from app import __version__
 from app.api import health
 from app.api.auth import is_operator, tenant_of
 from app.api.deps import settings_of
+from app.grade_ledger import KEEP_FAULTS, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS, Window, ledger
 from app.jobs import grade_log, refusals
 from app.jobs.redis_jobs import REDIS_ERRORS, sync_connection
 from app.jobs.worker_registry import live_workers, queue_depths
-from app.observability import GRADE_WINDOW, TENANT_WINDOWS, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS
 from app.settings import Settings
 from app.tasks.book.source import BookSourceError
 from app.tasks.registry import get_bank, split_names
-
-KEEP_FAULTS = 20
 
 
 def _splits(settings: Settings) -> list[dict[str, Any]]:
@@ -43,17 +44,7 @@ def _splits(settings: Settings) -> list[dict[str, Any]]:
     return rows
 
 
-def _merge_windows(*windows: dict[int, dict[tuple[str, str], int]]) -> dict[int, dict[tuple[str, str], int]]:
-    merged: dict[int, dict[tuple[str, str], int]] = {}
-    for window in windows:
-        for start, counts in window.items():
-            into = merged.setdefault(start, {})
-            for key, n in counts.items():
-                into[key] = into.get(key, 0) + n
-    return merged
-
-
-def _grades(window: dict[int, dict[tuple[str, str], int]], now: float) -> dict[str, Any]:
+def _grades(window: Window, now: float) -> dict[str, Any]:
     """Per-bucket counts for the chart (oldest first, empty buckets included) and totals per
     split and outcome over the window."""
     last = int(now) // WINDOW_BUCKET_SECONDS * WINDOW_BUCKET_SECONDS
@@ -74,6 +65,10 @@ def _grades(window: dict[int, dict[tuple[str, str], int]], now: float) -> dict[s
 
 def _redis_side(connection: redis.Redis, tenant: str | None) -> dict[str, Any]:
     """The deployment's side (``tenant`` None, for the operator), or one tenant's own counts."""
+    # This process's pending counts are part of the figures; if they cannot be written now they
+    # wait for the ledger's next write, and the figures are read all the same.
+    with contextlib.suppress(redis.RedisError, *REDIS_ERRORS):
+        ledger().flush()
     try:
         if tenant is not None:
             return {"workers": [], "queues": {}, "window": grade_log.window(connection, tenant=tenant),
@@ -106,12 +101,12 @@ async def collect_status(request: Request) -> dict[str, Any]:
     connection = status_connection(request)
     now = time.time()
     side: dict[str, Any]
-    if connection is None:
-        side = {"workers": None, "queues": None, "window": {}, "faults": [], "error": None}
+    if connection is None:  # embedded: one process, its ledger in memory
+        book = ledger()
+        side = {"workers": None, "queues": None, "window": book.window(tenant, now), "faults": book.faults(tenant),
+                "error": None}
     else:
         side = await anyio.to_thread.run_sync(_redis_side, connection, tenant)
-    window = GRADE_WINDOW if tenant is None else TENANT_WINDOWS.of(tenant)
-    faults = sorted([*window.faults(), *side["faults"]], key=lambda f: f["at"], reverse=True)
     return {
         "version": __version__,
         "mode": "redis" if settings.redis_url else "embedded",
@@ -123,7 +118,7 @@ async def collect_status(request: Request) -> dict[str, Any]:
         "workers": side["workers"] if operator else None,
         "queues": side["queues"] if operator else None,
         "redis_error": side["error"] if operator else None,
-        "grades": _grades(_merge_windows(window.counts(now), side["window"]), now),
-        "faults": faults[:KEEP_FAULTS],
+        "grades": _grades(side["window"], now),
+        "faults": side["faults"][:KEEP_FAULTS],
         "refused": side.get("refused") or refusals.recent(None, now),
     }

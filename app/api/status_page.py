@@ -176,6 +176,7 @@ def render_status(status: dict[str, Any]) -> str:
     redis_error = (f'<section class="wide"><span class="badge bad">{escape(status["redis_error"])}</span></section>'
                    if status["redis_error"] else "")
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
+    counted = "deployment: every API process and worker" if status["mode"] == "redis" else "service"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="refresh" content="{REFRESH_SECONDS}"><title>scaling-grader status</title>
@@ -193,5 +194,5 @@ def render_status(status: dict[str, Any]) -> str:
 <span class="muted">({total} graded)</span></h2>{_chart(grades)}{_grade_table(grades)}</section>
 <section id="faults"><h2>Last errors</h2>{_faults(status, now)}</section>
 <section id="checks"><h2>Readiness</h2>{_checks(status)}</section>
-</main><footer>Generated {stamp}; reloads every {REFRESH_SECONDS} s. Inline grades are counted by this
-API process; queued grades by all workers.</footer></body></html>"""
+</main><footer>Generated {stamp}; reloads every {REFRESH_SECONDS} s. Grades are counted once for the
+whole {counted}.</footer></body></html>"""

@@ -1,9 +1,12 @@
-"""Queued grades counted in Redis by the workers that grade them, so that every API replica's
-status page and metrics see the whole deployment's worker throughput: per (split, outcome) in the
-same 10-second buckets as the in-process window, a running total per (split, grading, outcome),
-and the last grader faults. A worker counts in the script that writes the result (no extra round
-trip, and a grade is counted if and only if its result was written); only labels from closed sets
-are stored, never text from the grade."""
+"""The keys of the grade ledger in Redis (app.grade_ledger), and their readers: every grade of the
+deployment counted in Redis, so that every API replica's status page and /metrics read the same
+figures: per (split, outcome) in 10-second buckets, the deployment's and each tenant's, a running
+total per (split, grading, outcome), and the last grader faults. Only labels from closed sets are
+stored, never text from the grade.
+
+Two writers, one set of keys. A worker counts a queued grade in the script that writes its result
+(app.jobs.leases: no extra round trip, and a grade is counted if and only if its result was
+written). An API process counts its inline grades through app.jobs.redis_ledger."""
 
 from __future__ import annotations
 
@@ -14,12 +17,20 @@ from typing import Any, cast
 
 import redis
 
+from app.grade_ledger import (
+    FAULT_OUTCOMES,
+    KEEP_FAULTS,
+    WINDOW_BUCKET_SECONDS,
+    WINDOW_BUCKETS,
+    Labels,
+    Window,
+    bucket_start,
+)
 from app.jobs.keys import PREFIX
-from app.observability import FAULT_OUTCOMES, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS
 
 TOTALS_KEY = f"{PREFIX}:grades:total"
 FAULTS_KEY = f"{PREFIX}:grades:faults"
-KEEP_FAULTS = 20
+WINDOW_SECONDS = WINDOW_BUCKET_SECONDS * WINDOW_BUCKETS
 
 
 def bucket_key(start: int, tenant: str | None = None) -> str:
@@ -43,8 +54,7 @@ class GradeCount:
 
 def grade_count(split: str, grading: str, outcome: str, now: float | None = None,
                 tenant: str | None = None) -> GradeCount:
-    now = time.time() if now is None else now
-    start = int(now) // WINDOW_BUCKET_SECONDS * WINDOW_BUCKET_SECONDS
+    start = bucket_start(time.time() if now is None else now)
     whos = (None, tenant) if tenant else (None,)
     buckets = tuple((bucket_key(start, who), f"{split}|{outcome}") for who in whos)
     return GradeCount(f"{split}|{grading}|{outcome}", buckets)
@@ -73,14 +83,12 @@ def note_fault(pipe: Any, split: str, grading: str, outcome: str, now: float | N
         pipe.lpush(faults_key(who), json.dumps({"at": now, "kind": outcome, "where": f"{split}/{grading}"}))
         pipe.ltrim(faults_key(who), 0, KEEP_FAULTS - 1)
         if who:  # a tenant's list goes when the tenant stops grading
-            pipe.expire(faults_key(who), WINDOW_BUCKET_SECONDS * WINDOW_BUCKETS)
+            pipe.expire(faults_key(who), WINDOW_SECONDS)
 
 
-def window(connection: redis.Redis, now: float | None = None,
-           tenant: str | None = None) -> dict[int, dict[tuple[str, str], int]]:
+def window(connection: redis.Redis, now: float | None = None, tenant: str | None = None) -> Window:
     """Bucket start -> (split, outcome) -> grades, over the window, as GradeWindow.counts()."""
-    now = time.time() if now is None else now
-    last = int(now) // WINDOW_BUCKET_SECONDS * WINDOW_BUCKET_SECONDS
+    last = bucket_start(time.time() if now is None else now)
     starts = [last - i * WINDOW_BUCKET_SECONDS for i in range(WINDOW_BUCKETS)]
     with connection.pipeline(transaction=False) as pipe:
         for start in starts:
@@ -93,10 +101,10 @@ def window(connection: redis.Redis, now: float | None = None,
     return found
 
 
-def totals(connection: redis.Redis) -> dict[tuple[str, str, str], int]:
+def totals(connection: redis.Redis) -> dict[Labels, int]:
     counts = cast("dict[bytes, bytes]", connection.hgetall(TOTALS_KEY))  # no decode_responses: bytes
-    # Each field is "split|grading|outcome" (count_grade writes it): three labels.
-    return {cast("tuple[str, str, str]", tuple(k.decode().split("|", 2))): int(v) for k, v in counts.items()}
+    # Each field is "split|grading|outcome" (grade_count makes it): three labels.
+    return {cast("Labels", tuple(k.decode().split("|", 2))): int(v) for k, v in counts.items()}
 
 
 def faults(connection: redis.Redis, tenant: str | None = None) -> list[dict[str, Any]]:

@@ -1,11 +1,12 @@
-"""Prometheus metrics of the Redis side, read at scrape time by the API: queue depths, workers by
-state, and the grades all workers completed. These belong to the deployment, not to one process:
-a worker's own metrics (``--metrics-port``) see only its grades, and many deployments never
-scrape workers at all (they come and go by the hundred). Every API replica reports the same
-figures: aggregate them across replicas with max, not sum."""
+"""Prometheus metrics read at scrape time by the API: queue depths and workers by state from
+Redis, and the grade counter from the grade ledger (app.grade_ledger). In Redis mode these belong
+to the deployment, not to one process: many deployments never scrape workers at all (they come and
+go by the hundred), and every API replica reports the same figures: aggregate them across
+replicas with max, not sum."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from prometheus_client.registry import Collector
 from rq import Worker
 from rq.serializers import JSONSerializer
 
+from app.grade_ledger import ledger
 from app.jobs import grade_log, refusals
 from app.jobs.redis_jobs import REDIS_ERRORS, sync_connection
 from app.jobs.worker_registry import queue_depths
@@ -35,7 +37,6 @@ class QueueCollector(Collector):
         try:
             depths = queue_depths(self.connection)
             workers = Worker.all(connection=self.connection, serializer=JSONSerializer)
-            totals = grade_log.totals(self.connection)
             refused = refusals.totals(self.connection)
         except REDIS_ERRORS:
             up.add_metric([], 0)
@@ -67,18 +68,42 @@ class QueueCollector(Collector):
         for state, count in states.items():
             live.add_metric([state], count)
         yield live
-        grades = CounterMetricFamily("scaling_grader_worker_grades", "Queued grades completed by all workers",
+
+
+class GradeCollector(Collector):
+    """scaling_grader_grades_total from the grade ledger's running totals, the same figures the
+    status page reads: in Redis mode every grade of the deployment (inline ones from every API
+    process, queued ones from every worker), in embedded mode every grade of this process."""
+
+    def __init__(self) -> None:
+        self.connection: redis.Redis | None = None
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        with contextlib.suppress(redis.RedisError, *REDIS_ERRORS):  # else they wait for the next write
+            ledger().flush()  # this process's pending counts are part of the figures
+        try:
+            counts = ledger().totals() if self.connection is None else grade_log.totals(self.connection)
+        except REDIS_ERRORS:
+            return  # scaling_grader_redis_up says why
+        grades = CounterMetricFamily("scaling_grader_grades", "Grades by split, kind and outcome",
                                      labels=["split", "grading", "outcome"])
-        for (split, grading, outcome), count in sorted(totals.items()):
-            grades.add_metric([split, grading, outcome], count)
+        for labels, count in sorted(counts.items()):
+            grades.add_metric(list(labels), count)
         yield grades
 
 
 QUEUE_COLLECTOR = QueueCollector()
+GRADE_COLLECTOR = GradeCollector()
 REGISTRY.register(QUEUE_COLLECTOR)
+REGISTRY.register(GRADE_COLLECTOR)
 
 
 def watch_queues(redis_url: str | None) -> None:
-    """Report the queues of this Redis at /metrics (None: embedded mode, nothing to report). One
-    service runs per process; in tests the app created last is the one reported."""
-    QUEUE_COLLECTOR.connection = sync_connection(redis_url) if redis_url else None
+    """Report the queues and the grades of this Redis at /metrics (None: embedded mode, no queue,
+    and the grades of this process's ledger). One service runs per process; in tests the app
+    created last is the one reported."""
+    connection = sync_connection(redis_url) if redis_url else None
+    QUEUE_COLLECTOR.connection = GRADE_COLLECTOR.connection = connection

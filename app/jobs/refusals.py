@@ -13,8 +13,9 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from app.grade_ledger import WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS
 from app.jobs.keys import PREFIX
-from app.observability import REGISTRY, WINDOW_BUCKET_SECONDS, WINDOW_BUCKETS
+from app.observability import REGISTRY
 from app.redis_link import REDIS_ERRORS
 
 REASONS = ("rate_limited", "too_many_in_flight")

@@ -9,6 +9,7 @@ import base64
 import inspect
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,8 +24,8 @@ from rq.serializers import JSONSerializer
 
 from app import __version__
 from app.api.status_page import render_status
+from app.grade_ledger import GradeWindow
 from app.main import create_app
-from app.observability import GradeWindow
 from app.settings import Settings
 from app.tasks.impl import reference
 from app.tasks.synthetic.bank import SyntheticBank
@@ -180,16 +181,22 @@ def test_status_figures_match_redis_and_the_grades_made(deployment, graded) -> N
 
 
 @pytest.mark.slow
-def test_metrics_report_queues_workers_and_worker_grades(deployment, graded) -> None:
+def test_metrics_report_queues_workers_and_every_grade(deployment, graded) -> None:
     text = deployment.client.get("/metrics").text
     queue = Queue("impl", connection=deployment.redis.client(), serializer=JSONSerializer)
     assert f'scaling_grader_queue_jobs{{queue="impl",state="queued"}} {float(queue.count)}' in text
     busy = sum(1 for w in deployment.rq_workers() if w.get_current_job_id())
     assert f'scaling_grader_workers{{state="busy"}} {float(busy)}' in text and busy == 2
     judge_split = graded["judge_task"].split("/")[0]
-    assert 'scaling_grader_worker_grades_total{grading="impl",outcome="correct",split="impl"} 1.0' in text
-    judged = f'scaling_grader_worker_grades_total{{grading="judge",outcome="judge_error",split="{judge_split}"}}'
+    # the grade counter holds the queued grades the workers made and the inline ones the API made
+    assert 'scaling_grader_grades_total{grading="impl",outcome="correct",split="impl"} 1.0' in text
+    judged = f'scaling_grader_grades_total{{grading="judge",outcome="judge_error",split="{judge_split}"}}'
     assert f"{judged} 1.0" in text
+    counted: dict[tuple[str, str], float] = {}
+    for outcome, split, n in re.findall(r'^scaling_grader_grades_total\{grading="[^"]+",outcome="([^"]+)",'
+                                        r'split="([^"]+)"\} (\S+)$', text, re.MULTILINE):
+        counted[split, outcome] = counted.get((split, outcome), 0) + float(n)
+    assert counted == graded["made"]  # the same figures as the status page's (the test above)
     assert "scaling_grader_redis_up 1.0" in text
 
 
@@ -252,7 +259,7 @@ def test_grade_window_keeps_the_last_minutes_only() -> None:
     assert window.counts(now=1000) == {}
     for i in range(50):
         window.add_fault("judge_error", f"exam/judge{i}")
-    assert len(window.faults()) == 20 and window.faults()[-1]["where"] == "exam/judge49"
+    assert len(window.faults()) == 20 and window.faults()[0]["where"] == "exam/judge49"  # newest first
 
 
 def test_values_from_redis_are_escaped() -> None:

@@ -95,16 +95,15 @@ def _expected_alert(name: str) -> dict:
 
 
 def _faults_series(replica: str, per_minute: int) -> dict:
-    # The same Redis-backed counter, as every API replica reports it.
+    # The same ledger-backed counter (in Redis), as every API replica reports it.
     labels = f'split="impl",grading="impl",outcome="sandbox_error",job="scaling-grader-api",instance="{replica}"'
-    return {"series": f"scaling_grader_worker_grades_total{{{labels}}}", "values": f"0+{per_minute}x30"}
+    return {"series": f"scaling_grader_grades_total{{{labels}}}", "values": f"0+{per_minute}x30"}
 
 
 @needs_promtool
 def test_alerts_fire_on_synthetic_series(tmp_path: Path) -> None:
-    """promtool's rule unit tests: worker faults alone fire the fault alert (the API side has no
-    fault series at all), two replicas reporting the same counter are not added up, and a
-    deployment without workers is noticed."""
+    """promtool's rule unit tests: faults fire the fault alert, two replicas reporting the same
+    counter are not added up, and a deployment without workers is noticed."""
     tests = {
         "rule_files": [str(DEPLOY / "prometheus-alerts.yml")],
         "evaluation_interval": "1m",
@@ -152,7 +151,7 @@ def test_every_query_references_an_exported_metric(exported_metrics: set[str]) -
 @pytest.mark.slow
 def test_the_dashboard_covers_the_api_and_the_workers(exported_metrics: set[str]) -> None:
     used = {m for expr in _dashboard_queries() for m in METRIC.findall(expr)}
-    for wanted in ("scaling_grader_grades_total", "scaling_grader_worker_grades_total", "scaling_grader_queue_jobs",
+    for wanted in ("scaling_grader_grades_total", "scaling_grader_queue_jobs",
                    "scaling_grader_workers", "scaling_grader_http_requests_total",
                    "scaling_grader_http_request_seconds_bucket", "scaling_grader_grade_seconds_bucket"):
         assert wanted in used and wanted in exported_metrics

@@ -13,13 +13,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.errors import ApiError
+from app.grade_ledger import MemoryLedger, ledger, use_ledger
 from app.graders import dispatch
 from app.graders.options import GradeOptions
 from app.graders.result import Outcome
 from app.grading.budgets import GradeBudgets
 from app.grading.models import GradeRequest, InlineReference
 from app.grading.service import GradingService
-from app.observability import GRADES  # the counter /metrics reads
 from app.quantities import parse_quantity
 from app.settings import Settings
 from app.tasks.registry import get_bank
@@ -239,10 +239,10 @@ def test_a_held_out_grade_is_counted_as_its_response_shows_it():
     task = next(t for t in exam_numeric(20) if parse_quantity(t.gold[0]).dimension
                 != parse_quantity("1 FLOPs").dimension)
 
+    use_ledger(MemoryLedger())  # the ledger /metrics and the status page read, of this process
+
     def count(outcome: str) -> float:
-        return sum(s.value for m in GRADES.collect() for s in m.samples
-                   if s.name.endswith("_total") and s.labels.get("split") == "exam"
-                   and s.labels.get("outcome") == outcome)
+        return sum(n for (split, _, counted), n in ledger().totals().items() if split == "exam" and counted == outcome)
 
     before = count("unit_mismatch"), count("incorrect")
     raw = asyncio.run(service.grade(GradeRequest(task_id=task.id, completion="Final answer: 7 FLOPs"),

@@ -1,10 +1,12 @@
 """/metrics of an API run as several processes (serve --workers 2) adds up every process's
-figures: the same total on every scrape, whichever process answers it."""
+figures: the same total on every scrape, whichever process answers it (the grade counter, read
+from the grade ledger every process writes into, as well as the per-process request counters)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import re
+import time
 
 import httpx
 import pytest
@@ -35,6 +37,10 @@ def test_every_scrape_sums_all_processes(tmp_path, redis_server) -> None:
         # many at once, each on a new connection: both processes accept some
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             assert list(pool.map(grade, range(sent))) == [1.0] * sent
+        # each process writes its grades into the ledger within a second (app.jobs.redis_ledger)
+        deadline = time.monotonic() + 30
+        while _count(httpx.get(url + "/metrics").text) != sent and time.monotonic() < deadline:
+            time.sleep(0.2)
         scrapes = [_count(httpx.get(url + "/metrics").text) for _ in range(8)]
         served_by = {p.name for p in shared.glob("counter_*.db")}
     assert len(served_by) >= 2, served_by  # both processes counted some (else the sum proves nothing)

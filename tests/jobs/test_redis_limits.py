@@ -12,6 +12,7 @@ from app.errors import ApiError
 from app.jobs import grade_log, keys
 from app.jobs.redis_jobs import RedisJobs
 from app.settings import Settings
+from tests.support.grade_counts import window_totals
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow  # a Redis server per test
@@ -53,16 +54,10 @@ def test_a_tenants_window_holds_its_own_grades_only(redis_server: RedisServer) -
             grade_log.count_grade(pipe, "exam", "judge", outcome, tenant=tenant)
         pipe.execute()
 
-    def totals(window: dict) -> dict:
-        found: dict = {}
-        for counts in window.values():
-            for key, n in counts.items():
-                found[key] = found.get(key, 0) + n
-        return found
-
-    assert totals(grade_log.window(connection)) == {("exam", "correct"): 2, ("exam", "judge_error"): 1,
-                                                    ("exam", "incorrect"): 1}
-    assert totals(grade_log.window(connection, tenant="a")) == {("exam", "correct"): 1, ("exam", "judge_error"): 1}
-    assert totals(grade_log.window(connection, tenant="b")) == {("exam", "incorrect"): 1}
+    assert window_totals(grade_log.window(connection)) == {("exam", "correct"): 2, ("exam", "judge_error"): 1,
+                                                           ("exam", "incorrect"): 1}
+    assert window_totals(grade_log.window(connection, tenant="a")) == {("exam", "correct"): 1,
+                                                                       ("exam", "judge_error"): 1}
+    assert window_totals(grade_log.window(connection, tenant="b")) == {("exam", "incorrect"): 1}
     assert [f["kind"] for f in grade_log.faults(connection, "a")] == ["judge_error"]
     assert grade_log.faults(connection, "b") == []
