@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from fastapi import FastAPI
 
 from app import __version__
@@ -98,8 +99,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         freeze_startup_objects()
-        yield
-        await grading.jobs.close()
+        # before the first request, so that none waits for them; stopped (killed and reaped,
+        # items in flight answered as unscored faults) when the app stops
+        await anyio.to_thread.run_sync(grading.processes.start)
+        try:
+            yield
+        finally:
+            await anyio.to_thread.run_sync(grading.processes.close)
+            await grading.jobs.close()
 
     # No OpenTelemetry (metrics are Prometheus's, app/observability.py): FastAPI otherwise asks on
     # every request whether a provider was configured since.
