@@ -15,10 +15,12 @@ interpreter never shares its lock with grading (app/grading/offload.py hands the
 - **The loop wins the CPU.** Children run at ``NICENESS`` (the kernel gives the loop's process the
   core first when both want it), under an address-space limit (``ADDRESS_SPACE_BYTES``: a memory
   bomb is a MemoryError in the child, not a swapping host) and first in line for the OOM killer.
-- **They die with the parent.** A child reads its work from a pipe and exits at its end (the
-  parent closed it, or died); on Linux it also asks for SIGKILL when its parent (the fork server,
-  which exits when the API process does) dies. Children are children of the fork server, which
-  reaps them; ``close`` kills and joins every child, so none outlives the app.
+- **They die with the parent.** Each child holds the read end of a lifeline pipe whose only
+  writer is the API process, and a thread that waits on it ends the child at its end: the API
+  process died, however (a child busy with an item is not reading its work pipe, and the fork
+  server, which children keep alive, is their parent, not the API process). Idle, a child also
+  exits at the end of its work pipe. Children are children of the fork server, which reaps them;
+  ``close`` kills and joins every child, so none outlives the app.
 - **A crash is a fault, not an error page.** A child that dies mid-call (a segfault, SIGKILL, the
   OOM killer) makes that call raise ``GradingProcessDied``, which the callers turn into an unscored
   fault for the item (or a 503 for a body); the dead child is reaped and replaced before its slot
@@ -51,7 +53,7 @@ T = TypeVar("T")
 NICENESS = 10
 # Far above what parsing the largest body allowed or grading a chunk needs; a child past it gets
 # a MemoryError (an unscored fault of that item) instead of pushing the host into swap.
-ADDRESS_SPACE_BYTES = 8 * 1024**3
+ADDRESS_SPACE_BYTES = 4 * 1024**3
 START_TIMEOUT_SECONDS = 60.0
 _PR_SET_PDEATHSIG = 1
 
@@ -73,15 +75,23 @@ def child_settings() -> Settings:
     return _settings
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
+def _die_with_parent(lifeline: Connection) -> None:
+    """End this process when the API process ends: it alone holds the lifeline's write end."""
+
+    def watch() -> None:
+        with contextlib.suppress(Exception):
+            lifeline.poll(None)  # returns at EOF: nothing is ever written
+        os._exit(0)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
+    if sys.platform.startswith("linux"):  # and when the fork server dies, whoever killed it
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _child_main(conn: Connection, settings: Settings, extensions: str) -> None:
+def _child_main(conn: Connection, lifeline: Connection, settings: Settings, extensions: str) -> None:
     global _settings
-    _die_with_parent()
+    _die_with_parent(lifeline)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C to the group is the parent's to act on
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(OSError):
@@ -135,6 +145,7 @@ class GradingProcesses:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(self._preload)
             self._context = context
+            self._lifeline, self._lifeline_end = context.Pipe(duplex=False)  # (read, write)
             for _ in range(self.size):
                 self._idle.put(self._spawn())
             self._started = True
@@ -143,7 +154,10 @@ class GradingProcesses:
         ours, theirs = self._context.Pipe(duplex=True)
         # daemon: multiprocessing also kills it if the interpreter exits without ``close``
         process = self._context.Process(
-            target=_child_main, name="grading", args=(theirs, self.settings, self._extensions), daemon=True
+            target=_child_main,
+            name="grading",
+            args=(theirs, self._lifeline, self.settings, self._extensions),
+            daemon=True,
         )
         process.start()
         theirs.close()  # the child's end lives in the child alone: its death is our EOF

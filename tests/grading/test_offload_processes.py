@@ -22,6 +22,7 @@ from app.grading.service import GradingService
 from app.settings import Settings
 from app.tasks.registry import get_bank, resolve_task
 from tests.support.book_mirror import mirror_path
+from tests.support.grading_probe_extension import started_at
 from tests.support.oracle import gold, right, synthetic_tasks, wrong
 
 Calls = list[tuple[Any, ...]]
@@ -134,3 +135,24 @@ def test_a_call_that_raises_in_a_child_is_refused_by_type_and_the_child_stays(se
     assert str(failed.value) == "ValueError"  # the type only: no traceback or input crosses over
     assert set(service.processes.pids()) == before  # nothing died, nothing was replaced
     assert asyncio.run(in_process(service.processes, abs, -3)) == 3
+
+
+def test_tenants_take_turns_at_the_processes(service: GradingService) -> None:
+    """A tenant with a backlog cannot make another tenant's call wait for the whole backlog: the
+    order calls start in the children (a clock the machine shares) is the order of the turns."""
+
+    async def run() -> list[tuple[str, float]]:
+        async def call(name: str, tenant: str) -> tuple[str, float]:
+            began, _ = await in_process(service.processes, started_at, 0.2, tenant=tenant)
+            return name, began
+
+        backlog = [asyncio.ensure_future(call(f"heavy-{i}", "heavy")) for i in range(8)]
+        await asyncio.sleep(0.05)  # the backlog holds both children and waits for more
+        small = [asyncio.ensure_future(call(f"small-{i}", f"small-{i}")) for i in range(2)]
+        return list(await asyncio.gather(*backlog, *small))
+
+    order = [name for name, _ in sorted(asyncio.run(run()), key=lambda found: found[1])]
+    size = service.settings.grading_processes
+    # the calls in the children when they came, then at most one more heavy call per small one
+    assert max(order.index("small-0"), order.index("small-1")) <= size + 2, order
+    assert len(order) == 10

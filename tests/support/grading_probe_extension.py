@@ -59,3 +59,9 @@ def started_at(seconds: float) -> tuple[float, int]:
 def register() -> None:
     register_split(SplitSpec(name=SPLIT, load=probe_bank, tolerance=0.05, docs="docs/splits.md#adding-a-split"))
     register_grader(GraderSpec(kind=KIND, grade=grade_probe))
+
+
+def hang_call(path: str) -> None:
+    """For ``in_process``: write the grading process's pid to ``path``, then sleep (to be killed)."""
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(3600)
