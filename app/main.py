@@ -94,7 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         raise PublicBindRefused("refusing to serve a non-loopback address without a tenants file: anyone could "
                                 "grade and run code here. Set SCALING_GRADER_TENANTS_FILE, or bind 127.0.0.1.")
     tenants = TenantsFile(settings.tenants_file) if settings.tenants_file else None
-    grading = GradingService(settings, job_backend(settings))
+    grading = GradingService(settings, job_backend(settings), grading_processes=True)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -95,12 +95,18 @@ def tree_cpu_seconds(pid: int) -> float | None:
 
 
 def offload_line(pid: int) -> str:
+    """Where the server grades: in grading processes (children of a fork server under it) or on
+    threads of its own process."""
     under = descendants(pid)
-    if not under:
+    parents = {p: Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1] for p in under
+               if os.path.exists(f"/proc/{p}/stat")}
+    graders = [p for p, parent in parents.items() if int(parent) != pid and
+               b"multiprocessing.forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    if not graders:
         return "offload: grading threads in the server process (no grading processes under it)"
-    names = sorted({Path(f"/proc/{p}/comm").read_text().strip() for p in under if os.path.exists(f"/proc/{p}/comm")})
-    return (f"offload: grading processes, {len(under)} processes under the server ({', '.join(names)}: the fork "
-            "server and its grading children), CPU below counted with the server's")
+    nice = sorted({os.getpriority(os.PRIO_PROCESS, p) for p in graders})
+    return (f"offload: grading processes, {len(graders)} under the server's fork server (nice "
+            f"{', '.join(map(str, nice))}); the server's CPU below includes theirs")
 
 
 def cpu_of(fn: Callable[[], object]) -> float:

@@ -141,15 +141,19 @@ def apply_tenant_judge(request: GradeRequest, tenant: Tenant) -> GradeRequest:
 
 class GradingService:
     """``jobs`` carries queued grading. Left out, in-process threads are made on first use (a
-    worker grading a job payload never needs them); a deployment with Redis passes its backend."""
+    worker grading a job payload never needs them); a deployment with Redis passes its backend.
+    ``grading_processes``: grade large inline items and batches in the grading processes (the API
+    does: its event loop must not share an interpreter lock with grading); otherwise on the
+    grading threads (in-process grading by the eval command, which has no loop to keep free)."""
 
     def __init__(self, settings: Settings, jobs: JobBackend | None = None,
-                 budgets: GradeBudgets | None = None) -> None:
+                 budgets: GradeBudgets | None = None, *, grading_processes: bool = False) -> None:
         check_held_out_setting(settings)  # at start, not at the first held-out grade
         self.settings = settings
         self._jobs = jobs
         self._budgets = budgets
         self._processes: GradingProcesses | None = None
+        self._in_processes = grading_processes
 
     @property
     def budgets(self) -> GradeBudgets:
@@ -205,6 +209,15 @@ class GradingService:
         result, counted = self.graded(task, text, request)
         record_grade(result.split, result.grading, counted, time.perf_counter() - start, tenant)
         return result
+
+    def graded_all(self, items: Sequence[tuple[Task, str, GradeRequest]]) -> list[tuple[GradeResult, str, float]]:
+        """``graded`` for each item, with the seconds it took."""
+        found = []
+        for task, text, request in items:
+            start = time.perf_counter()
+            result, counted = self.graded(task, text, request)
+            found.append((result, counted, time.perf_counter() - start))
+        return found
 
     def graded(self, task: Task, text: str, request: GradeRequest) -> tuple[GradeResult, str]:
         """The result and the outcome to count for it: pure work, done in a grading process for
@@ -326,7 +339,7 @@ class GradingService:
         cannot hold every other request (and /healthz) back."""
         if len(text) <= ON_LOOP_CHARS and task.grading == "numeric":
             return self.grade_now(task, text, request, tenant)
-        return (await self.grade_in_process([(task, text, request)], tenant))[0]
+        return (await self.grade_items([(task, text, request)], tenant))[0]
 
     @property
     def processes(self) -> GradingProcesses:
@@ -337,14 +350,17 @@ class GradingService:
                                                preload=("app.grading.service",))
         return self._processes
 
-    async def grade_in_process(self, items: Sequence[tuple[Task, str, GradeRequest]],
+    async def grade_items(self, items: Sequence[tuple[Task, str, GradeRequest]],
                                tenant: str | None) -> list[GradeResult]:
-        """Grade ``items`` in a grading process, each recorded here once, as ``grade_now`` does. A
-        process that dies mid-call (killed, crashed, out of memory) costs these items an unscored
-        fault, never a reward and never the request."""
+        """Grade ``items`` in a grading process (on a grading thread without them), each recorded
+        here once, as ``grade_now`` does. A process that dies mid-call (killed, crashed, out of
+        memory) costs these items an unscored fault, never a reward and never the request."""
         start = time.perf_counter()
         try:
-            graded = await in_process(self.processes, _grade_in_child, list(items), tenant=tenant)
+            if self._in_processes:
+                graded = await in_process(self.processes, _grade_in_child, list(items), tenant=tenant)
+            else:
+                graded = await off_loop(self.graded_all, list(items), tenant=tenant)
         except (GradingProcessDied, GradingProcessFailed):
             seconds = (time.perf_counter() - start) / max(1, len(items))
             graded = [(_fault(task), Outcome.error.value, seconds) for task, _, _ in items]
@@ -371,7 +387,7 @@ class GradingService:
         claimed = await self._claim_all(others, tenant)
 
         for chunk in _chunks(inline):
-            graded = await self.grade_in_process([(t, x, r) for _, t, x, r in chunk], tenant.name)
+            graded = await self.grade_items([(t, x, r) for _, t, x, r in chunk], tenant.name)
             for (i, *_), result in zip(chunk, graded, strict=True):
                 results[i] = result if reward_only else self.shown(result, tenant)
 
@@ -469,9 +485,4 @@ def _grade_in_child(items: list[tuple[Task, str, GradeRequest]]) -> list[tuple[G
     global _child_service
     if _child_service is None:
         _child_service = GradingService(child_settings())
-    graded = []
-    for task, text, request in items:
-        start = time.perf_counter()
-        result, counted = _child_service.graded(task, text, request)
-        graded.append((result, counted, time.perf_counter() - start))
-    return graded
+    return _child_service.graded_all(items)

@@ -74,7 +74,7 @@ def _table(settings: Settings) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[GradingService]:
-    made = GradingService(Settings(book_mirror=mirror_path()))
+    made = GradingService(Settings(book_mirror=mirror_path()), grading_processes=True)
     yield made
     made.processes.close()
 
@@ -97,8 +97,8 @@ def test_every_completion_gets_in_a_child_what_it_gets_in_process(service: Gradi
     in_process_calls = list(recorded)
     recorded.clear()
 
-    graded = asyncio.run(service.grade_in_process(prepared, "t1"))
-    one_by_one = [asyncio.run(service.grade_in_process([item], "t1"))[0] for item in prepared]
+    graded = asyncio.run(service.grade_items(prepared, "t1"))
+    one_by_one = [asyncio.run(service.grade_items([item], "t1"))[0] for item in prepared]
 
     assert [r.model_dump() for r in graded] == [r.model_dump() for r in oracle]
     assert [r.model_dump() for r in one_by_one] == [r.model_dump() for r in oracle]
