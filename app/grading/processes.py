@@ -194,6 +194,8 @@ class GradingProcesses:
         except (EOFError, OSError) as exc:
             child = self._replace(child)
             raise GradingProcessDied("the grading process stopped during this call") from exc
+        except Exception as exc:  # arguments that do not pickle: refused before anything is sent
+            raise GradingProcessFailed(type(exc).__name__) from None
         finally:
             self._idle.put(child)
         if not ok:

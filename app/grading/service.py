@@ -32,10 +32,12 @@ from app.tasks.splits import check_held_out_setting, is_held_out
 from app.tenants import LOCAL_TENANT, Tenant
 
 # Inline items of a batch graded per trip to a grading process: at most this many, and no more
-# completion text than INLINE_CHUNK_CHARS unless one item alone holds more. A trip is what another
-# tenant's call may wait for (the processes are shared in turn), so it is kept short.
+# completion text (and gold: an inline reference's rows) than INLINE_CHUNK_CHARS unless one item
+# alone holds more. A trip is what another tenant's call may wait for (the processes are shared in
+# turn), and what the API process pickles in one go, so it is kept short.
 INLINE_CHUNK = 64
 INLINE_CHUNK_CHARS = 64 * 1024
+GOLD_ENTRY_CHARS = 24  # about what a row (or a value) of the gold weighs when pickled
 
 
 _Inline = tuple[int, Task, str, GradeRequest]  # (index in the batch, task, completion text, request)
@@ -45,11 +47,13 @@ def _chunks(items: Sequence[_Inline]) -> Iterator[list[_Inline]]:
     chunk: list[_Inline] = []
     chars = 0
     for item in items:
-        if chunk and (len(chunk) >= INLINE_CHUNK or chars + len(item[2]) > INLINE_CHUNK_CHARS):
+        gold = item[1].gold
+        weight = len(item[2]) + (GOLD_ENTRY_CHARS * len(gold) if isinstance(gold, (list, tuple)) else 0)
+        if chunk and (len(chunk) >= INLINE_CHUNK or chars + weight > INLINE_CHUNK_CHARS):
             yield chunk
             chunk, chars = [], 0
         chunk.append(item)
-        chars += len(item[2])
+        chars += weight
     if chunk:
         yield chunk
 # A numeric completion up to this long is graded on the event loop (a trip to a grading process
@@ -358,7 +362,8 @@ class GradingService:
         start = time.perf_counter()
         try:
             if self._in_processes:
-                graded = await in_process(self.processes, _grade_in_child, list(items), tenant=tenant)
+                slim = [(task, text, _without_reference(request)) for task, text, request in items]
+                graded = await in_process(self.processes, _grade_in_child, slim, tenant=tenant)
             else:
                 graded = await off_loop(self.graded_all, list(items), tenant=tenant)
         except (GradingProcessDied, GradingProcessFailed):
@@ -475,6 +480,16 @@ def _fault(task: Task) -> GradeResult:
     return GradeResult(task_id=task.id or None, split=task.split or None, grading=task.grading,
                        outcome=Outcome.error, reward=0.0,
                        explanation="the service failed while grading this item; it was not scored")
+
+
+def _without_reference(request: GradeRequest) -> GradeRequest:
+    """The request as a grading process needs it: an inline reference's values or rows are in the
+    task already, and pickling them again (as models) would cost the API process more than the
+    grade; only the reference's tolerance is read from it (``GradeRequest.options``)."""
+    if request.reference is None:
+        return request
+    kept = type(request.reference).model_construct(tolerance=request.reference.tolerance)
+    return request.model_copy(update={"reference": kept})
 
 
 _child_service: GradingService | None = None

@@ -62,6 +62,12 @@ def _table(settings: Settings) -> list[dict[str, Any]]:
         {"task_id": rows_task.id, "completion": json.dumps({"rows": rows[:-1]}), "partial_credit": True},
         {"reference": {"values": ["1 s", "2 GB"]}, "completion": "Final answer: 1000 ms, 2e9 bytes"},
         {"reference": {"values": ["1 s", "2 GB"]}, "completion": "Final answer: 1 s, 3 GB", "tolerance": 0.6},
+        {"reference": {"values": ["1 s", "2 GB"], "tolerance": 0.6}, "completion": "Final answer: 1 s, 3 GB"},
+        {
+            "reference": {"values": ["1 s", "2 GB"], "tolerance": 0.6},
+            "completion": "Final answer: 1 s, 3 GB",
+            "tolerance": 0.1,
+        },
         {"reference": {"values": ["1 s"]}, "completion": "Final answer: " + "1 s, " * 20_000},
         {"reference": {"rows": reference_rows}, "completion": json.dumps({"rows": reference_rows[::-1]})},
         {
@@ -153,6 +159,8 @@ def test_tenants_take_turns_at_the_processes(service: GradingService) -> None:
 
     order = [name for name, _ in sorted(asyncio.run(run()), key=lambda found: found[1])]
     size = service.settings.grading_processes
-    # the calls in the children when they came, then at most one more heavy call per small one
-    assert max(order.index("small-0"), order.index("small-1")) <= size + 2, order
+    # the calls in the children when they came, one more heavy call and the other small one ahead
+    # in the round (plus one: two children start calls granted a moment apart in either order);
+    # first come, first served would start them last, after the whole backlog
+    assert max(order.index("small-0"), order.index("small-1")) <= size + 3, order
     assert len(order) == 10
