@@ -96,16 +96,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         raise PublicBindRefused("refusing to serve a non-loopback address without a tenants file: anyone could "
                                 "grade and run code here. Set SCALING_GRADER_TENANTS_FILE, or bind 127.0.0.1.")
     tenants = TenantsFile(settings.tenants_file) if settings.tenants_file else None
-    grading = GradingService(settings, job_backend(settings))
+    grading = GradingService(settings, job_backend(settings), grading_processes=True)
     counts = ledger_for(settings.redis_url)  # of grades, read by the status page and /metrics
     use_ledger(counts)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         freeze_startup_objects()
-        yield
-        await grading.jobs.close()
-        await anyio.to_thread.run_sync(counts.close)  # this process's last grade counts
+        # before the first request, so that none waits for them; stopped (killed and reaped,
+        # items in flight answered as unscored faults) when the app stops
+        await anyio.to_thread.run_sync(grading.processes.start)
+        try:
+            yield
+        finally:
+            await anyio.to_thread.run_sync(grading.processes.close)
+            await grading.jobs.close()
+            await anyio.to_thread.run_sync(counts.close)  # this process's last grade counts
 
     # No OpenTelemetry (metrics are Prometheus's, app/observability.py): FastAPI otherwise asks on
     # every request whether a provider was configured since.

@@ -281,6 +281,9 @@ class Settings(BaseSettings):
     book_download_timeout: float = Field(30.0, gt=0)
     judge: JudgeSettings = JudgeSettings()
     held_out: HeldOutSettings = HeldOutSettings()
+    # Processes of the API that grade large inline items and batches and parse large bodies
+    # (app/grading/processes.py): at most this many such calls run at once, in turn by tenant.
+    grading_processes: int = Field(2, ge=1, le=64)
     # Show expected values in responses to task-id grades when no tenants file is used (tenants
     # have their own `reveal_expected`). Off: a policy that reads its grade must not read the gold.
     reveal_expected: bool = False

@@ -1,6 +1,7 @@
 """JSON bodies of the grading and reward routes, parsed by the route itself rather than by
 FastAPI's body parameters: FastAPI would ``json.loads`` every body on the event loop and validate
-it there, while a large batch is parsed here on a grading thread (see ``parse_body``). The routes
+it there, while a large batch is bounded, parsed and validated here in a grading process (see
+``parse_body``; app/grading/processes.py), whose interpreter lock is not the event loop's. The routes
 are ordinary FastAPI path operations; ``json_body`` documents the body each one reads, and
 ``document_bodies`` puts those models into the OpenAPI document's components."""
 
@@ -19,14 +20,16 @@ from app.api.errors import describe_validation_errors
 from app.api.json_budget import outline_json
 from app.api.json_pieces import InvalidBody, validate_in_pieces
 from app.errors import ApiError
-from app.grading.offload import off_loop
+from app.grading.offload import in_process
+from app.grading.processes import GradingProcessDied, GradingProcessFailed
 
 M = TypeVar("M", bound=BaseModel)
 
 
 # Bodies up to this size are parsed on the event loop (well under a millisecond); larger ones,
-# up to the body limit, on a grading thread, a list element at a time (app/api/json_pieces.py),
-# so that a few megabytes of JSON hold nobody back.
+# up to the body limit, in a grading process (bounded first by app/api/json_budget.py, then
+# validated a list element at a time by app/api/json_pieces.py, which keeps each piece's memory
+# and the errors' order as for the whole body), so that a few megabytes of JSON hold nobody back.
 ON_LOOP_BODY_BYTES = 64 * 1024
 
 # The models ``json_body`` documented, for ``document_bodies``.
@@ -53,8 +56,27 @@ def _max_elements(request: Request) -> int:
 
 
 def _parse_large(model: type[M], raw: bytes, max_elements: int) -> M:
-    # bounded before any parse, which holds the interpreter lock throughout; then a piece at a time
+    # bounded before any parse (its cost is in its number of values); then a piece at a time
     return validate_in_pieces(model, raw, outline_json(raw, max_elements))
+
+
+_Refusal = tuple[int, str, str, "dict[str, str] | None"]
+
+
+def _parse_in_child(model: type[M], raw: bytes, max_elements: int) -> M | _Refusal:
+    """In a grading process: the model, or the refusal the route answers with (an exception and
+    its errors do not cross over: only what the client is told)."""
+    try:
+        return _parse_large(model, raw, max_elements)
+    except (ValidationError, InvalidBody) as exc:
+        return (*_described(exc), None)
+    except ApiError as exc:
+        return exc.status, exc.error, exc.detail, exc.headers
+
+
+def _described(exc: ValidationError | InvalidBody) -> tuple[int, str, str]:
+    errors = exc.errors if isinstance(exc, InvalidBody) else list(exc.errors(include_input=False))
+    return describe_validation_errors(errors, located=False)
 
 
 async def parse_body(request: Request, model: type[M]) -> M:
@@ -63,14 +85,21 @@ async def parse_body(request: Request, model: type[M]) -> M:
         raw = await request.body()
     except ClientDisconnect:
         raise ApiError(400, "client_disconnected", "the client closed the connection before its body arrived") from None
-    try:
-        if len(raw) <= ON_LOOP_BODY_BYTES:
+    if len(raw) <= ON_LOOP_BODY_BYTES:
+        try:
             return model.model_validate_json(raw)
-        return await off_loop(_parse_large, model, raw, _max_elements(request), tenant=_tenant_name(request))
-    except (ValidationError, InvalidBody) as exc:
-        errors = exc.errors if isinstance(exc, InvalidBody) else list(exc.errors(include_input=False))
-        status, error, detail = describe_validation_errors(errors, located=False)
-        raise ApiError(status, error, detail) from None
+        except ValidationError as exc:
+            raise ApiError(*_described(exc)) from None
+    processes = request.app.state.grading.processes
+    try:
+        parsed = await in_process(processes, _parse_in_child, model, raw, _max_elements(request),
+                                  tenant=_tenant_name(request))
+    except (GradingProcessDied, GradingProcessFailed):
+        raise ApiError(503, "grading_unavailable", "the service failed while reading this body; send it again",
+                       {"Retry-After": "1"}) from None
+    if isinstance(parsed, tuple):
+        raise ApiError(*parsed)
+    return parsed
 
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:

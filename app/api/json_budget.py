@@ -1,12 +1,12 @@
 """A bound on how many JSON values a large body holds, checked before it is parsed, and the
 outline of the body's top-level lists that lets it be parsed a piece at a time.
 
-Parsing JSON into Python objects holds the interpreter lock from start to end, so a body of a
-few megabytes made of hundreds of thousands of tiny values (a label object of 440,000 keys)
-stalls the event loop for a second or more even when parsed on a worker thread; the parse's cost
-is in its number of values, not its bytes. This scan reads the body token by token in Python
-(the interpreter hands the lock over between tokens, and a long string is one token matched at C
-speed) and stops at the first bound passed:
+A large body is scanned and parsed in a grading process (app/api/bodies.py), whose interpreter is
+not the event loop's; what these bounds keep in check is the time and memory one body costs that
+process. A body of a few megabytes made of hundreds of thousands of tiny values (a label object of
+440,000 keys) costs a second or more to parse: the parse's cost is in its number of values, not
+its bytes. This scan reads the body token by token in Python (a long string is one token matched
+at C speed) and stops at the first bound passed:
 
 - an element of the body's lists (a batch item, a label, a query) holds at most
   ``MAX_ELEMENT_VALUES`` values and keys (a reference of a thousand rows is about 8,000);

@@ -1,12 +1,13 @@
 """Parse and validate a large JSON body a list element at a time, with the result and the errors
 pydantic gives for the whole body.
 
-``model.model_validate_json`` holds the interpreter lock from the first byte to the last, so
-while a grading thread parses a body of a hundred large references, the event loop (and
-/healthz) waits for all of it. Here each element of the body's top-level lists (found by
-app/api/json_budget.py, which also bounds each element's size) is validated on its own, and the
-rest of the body (its lists emptied: the "envelope") once; between two pieces the interpreter
-hands the lock over, so the loop waits for one element at most.
+``model.model_validate_json`` holds the interpreter lock from the first byte to the last. Here
+each element of the body's top-level lists (found by app/api/json_budget.py, which also bounds
+each element's size) is validated on its own, and the rest of the body (its lists emptied: the
+"envelope") once, so no single parse is larger than one bounded piece: between two pieces the
+interpreter hands the lock over to any other thread. The API parses large bodies in a grading
+process (app/api/bodies.py), where this bounds the work and memory of each step; called on a
+thread of the loop's own process, the loop would wait for one element at most.
 
 The answer is the same as the whole body's: each piece is validated by the same validator the
 model applies to it (the element type, with the model's configuration), errors are put back in

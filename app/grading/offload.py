@@ -1,18 +1,18 @@
-"""Grading CPU off the event loop, on a small fixed set of worker threads, shared fairly by tenants.
+"""Grading CPU off the event loop, shared fairly by tenants: in the grading processes
+(app/grading/processes.py) for the heavy pure work, on a few threads for the cheap rest.
 
-Large completions, rows answers, big bodies and whole batches are graded on threads so that the
-event loop (which answers /healthz and every small request) never runs them. Threads still share
-the GIL with the loop, and the interpreter hands it over every switch interval: the more threads
-grade at once, the longer the loop waits for its turn. So grading uses at most ``GRADING_THREADS``
-threads at a time, whatever the number of requests (more would not grade faster under the GIL,
-only starve the loop), and the switch interval is shortened so the loop's wait stays a few
-milliseconds (see bench/bench_hostile.py for the /healthz latency under attack).
+The heavy work (grading a large inline item or a chunk of a batch, parsing and validating a large
+body) runs in a small pool of processes (``in_process``): their interpreters are not the event
+loop's, so however long an item takes, the loop never waits for an interpreter lock it holds.
+What is left on threads (``off_loop``: serialising a response, checking a batch's items, reading
+reward labels) is small per call and shares the lock with the loop, so at most ``GRADING_THREADS``
+threads run it at once and the switch interval is shortened to keep the loop's wait short.
 
-The threads are handed out per tenant in turn (round robin over the tenants waiting, first come
-first served within one): a tenant with a backlog of heavy batches gets a thread every other
-turn, so another tenant's call waits for at most the calls in progress and one more of each
-tenant ahead of it in the round, not for the backlog. Callers keep each call small (batches are
-graded in chunks) so that wait stays short."""
+Each pool (the processes, and the threads) is handed out per tenant in turn (round robin over the
+tenants waiting, first come first served within one): a tenant with a backlog of heavy batches
+gets a slot every other turn, so another tenant's call waits for at most the calls in progress
+and one more of each tenant ahead of it in the round, not for the backlog. Callers keep each call
+small (batches are graded in chunks) so that wait stays short."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import anyio
+
+from app.grading.processes import GradingProcesses
 
 GRADING_THREADS = 2
 # Python's default is 5 ms; the loop waits up to this per hand-over while grading threads run.
@@ -86,8 +88,31 @@ def _of_loop() -> tuple[FairSlots, anyio.CapacityLimiter]:
     return found
 
 
+_process_slots: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[GradingProcesses, tuple[FairSlots, anyio.CapacityLimiter]]] = (
+    weakref.WeakKeyDictionary())
+
+
+async def in_process(processes: GradingProcesses, fn: Callable[..., T], *args: object, tenant: str | None = None) -> T:
+    """``fn(*args)`` in one of the grading processes; waits for ``tenant``'s turn at a free one.
+    Raises what ``GradingProcesses.call`` raises (a child that died, a call that failed there)."""
+    pools = _process_slots.setdefault(asyncio.get_running_loop(), {})
+    found = pools.get(processes)
+    if found is None:
+        found = pools[processes] = (FairSlots(processes.size), anyio.CapacityLimiter(processes.size))
+    slots, limiter = found
+    await slots.acquire(tenant or "")
+    try:
+        # The thread only waits on the child's pipe (without the interpreter lock). A cancelled
+        # caller (a client gone) waits for the call to end, so the child is free for the next one.
+        return await anyio.to_thread.run_sync(processes.call, fn, *args, limiter=limiter)
+    finally:
+        slots.release()
+
+
 async def off_loop(fn: Callable[..., T], *args: object, tenant: str | None = None) -> T:
-    """``fn(*args)`` on one of the grading threads; waits for ``tenant``'s turn at a free one."""
+    """``fn(*args)`` on one of the grading threads (cheap work only: threads share the loop's
+    interpreter lock); waits for ``tenant``'s turn at a free one."""
     slots, limiter = _of_loop()
     await slots.acquire(tenant or "")
     try:

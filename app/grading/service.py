@@ -19,7 +19,8 @@ from app.graders.options import JudgeSpec
 from app.graders.result import GradeResult, Outcome, shown_result
 from app.grading.budgets import GradeBudgets
 from app.grading.models import GradeRequest, completion_text, lacks_answer_message
-from app.grading.offload import off_loop
+from app.grading.offload import in_process, off_loop
+from app.grading.processes import GradingProcessDied, GradingProcesses, GradingProcessFailed, child_settings
 from app.grading.references import task_from_reference
 from app.jobs.base import ClaimResult, JobBackend, JobView, QueuedGrading, body_digest
 from app.jobs.embedded import EmbeddedJobs
@@ -30,11 +31,13 @@ from app.tasks.registry import resolve_task
 from app.tasks.splits import check_held_out_setting, is_held_out
 from app.tenants import LOCAL_TENANT, Tenant
 
-# Inline items of a batch graded per trip to a worker thread: at most this many, and no more
-# completion text than INLINE_CHUNK_CHARS unless one item alone holds more. A trip is what another
-# tenant's call may wait for (the threads are shared in turn), so it is kept short.
+# Inline items of a batch graded per trip to a grading process: at most this many, and no more
+# completion text (and gold: an inline reference's rows) than INLINE_CHUNK_CHARS unless one item
+# alone holds more. A trip is what another tenant's call may wait for (the processes are shared in
+# turn), and what the API process pickles in one go, so it is kept short.
 INLINE_CHUNK = 64
 INLINE_CHUNK_CHARS = 64 * 1024
+GOLD_ENTRY_CHARS = 24  # about what a row (or a value) of the gold weighs when pickled
 
 
 _Inline = tuple[int, Task, str, GradeRequest]  # (index in the batch, task, completion text, request)
@@ -44,15 +47,17 @@ def _chunks(items: Sequence[_Inline]) -> Iterator[list[_Inline]]:
     chunk: list[_Inline] = []
     chars = 0
     for item in items:
-        if chunk and (len(chunk) >= INLINE_CHUNK or chars + len(item[2]) > INLINE_CHUNK_CHARS):
+        gold = item[1].gold
+        weight = len(item[2]) + (GOLD_ENTRY_CHARS * len(gold) if isinstance(gold, (list, tuple)) else 0)
+        if chunk and (len(chunk) >= INLINE_CHUNK or chars + weight > INLINE_CHUNK_CHARS):
             yield chunk
             chunk, chars = [], 0
         chunk.append(item)
-        chars += len(item[2])
+        chars += weight
     if chunk:
         yield chunk
-# A numeric completion up to this long is graded on the event loop (a worker-thread hop costs
-# more than grading it); anything longer, and every rows answer, is graded on a worker thread.
+# A numeric completion up to this long is graded on the event loop (a trip to a grading process
+# costs more than grading it); anything longer, and every rows answer, is graded in a grading process.
 ON_LOOP_CHARS = 4096
 
 _TASK_ID = re.compile(r"[A-Za-z0-9_.:/-]{1,200}")
@@ -140,14 +145,19 @@ def apply_tenant_judge(request: GradeRequest, tenant: Tenant) -> GradeRequest:
 
 class GradingService:
     """``jobs`` carries queued grading. Left out, in-process threads are made on first use (a
-    worker grading a job payload never needs them); a deployment with Redis passes its backend."""
+    worker grading a job payload never needs them); a deployment with Redis passes its backend.
+    ``grading_processes``: grade large inline items and batches in the grading processes (the API
+    does: its event loop must not share an interpreter lock with grading); otherwise on the
+    grading threads (in-process grading by the eval command, which has no loop to keep free)."""
 
     def __init__(self, settings: Settings, jobs: JobBackend | None = None,
-                 budgets: GradeBudgets | None = None) -> None:
+                 budgets: GradeBudgets | None = None, *, grading_processes: bool = False) -> None:
         check_held_out_setting(settings)  # at start, not at the first held-out grade
         self.settings = settings
         self._jobs = jobs
         self._budgets = budgets
+        self._processes: GradingProcesses | None = None
+        self._in_processes = grading_processes
 
     @property
     def budgets(self) -> GradeBudgets:
@@ -200,6 +210,22 @@ class GradingService:
 
     def grade_now(self, task: Task, text: str, request: GradeRequest, tenant: str | None = None) -> GradeResult:
         start = time.perf_counter()
+        result, counted = self.graded(task, text, request)
+        record_grade(result.split, result.grading, counted, time.perf_counter() - start, tenant)
+        return result
+
+    def graded_all(self, items: Sequence[tuple[Task, str, GradeRequest]]) -> list[tuple[GradeResult, str, float]]:
+        """``graded`` for each item, with the seconds it took."""
+        found = []
+        for task, text, request in items:
+            start = time.perf_counter()
+            result, counted = self.graded(task, text, request)
+            found.append((result, counted, time.perf_counter() - start))
+        return found
+
+    def graded(self, task: Task, text: str, request: GradeRequest) -> tuple[GradeResult, str]:
+        """The result and the outcome to count for it: pure work, done in a grading process for
+        large items; the caller records the grade (``record_grade``) in the API process."""
         held_out = self.held_out(task)
         if self.too_long(text):
             result = too_long_result(task, self.settings.limits.max_completion_chars)
@@ -225,8 +251,7 @@ class GradingService:
                 result.details["partial_credit_not_applied"] = True
         # Counted as the held-out view shows it: /v1/status and /metrics are read by every tenant.
         outcome = held_out_outcome(result.outcome) if held_out else result.outcome
-        record_grade(result.split, result.grading, outcome.value, time.perf_counter() - start, tenant)
-        return result
+        return result, outcome.value
 
     def shown(self, result: GradeResult, tenant: Tenant) -> GradeResult:
         """The result as this tenant may see it: no gold unless its operator reveals it, and on a
@@ -324,11 +349,41 @@ class GradingService:
     async def grade_off_loop(self, task: Task, text: str, request: GradeRequest,
                              tenant: str | None = None) -> GradeResult:
         """Grade an inline item: on the event loop only when it is small enough that its cost is
-        a fixed few milliseconds; otherwise on a worker thread, so that one large completion
+        a fixed few milliseconds; otherwise in a grading process, so that one large completion
         cannot hold every other request (and /healthz) back."""
         if len(text) <= ON_LOOP_CHARS and task.grading == "numeric":
             return self.grade_now(task, text, request, tenant)
-        return await off_loop(self.grade_now, task, text, request, tenant, tenant=tenant)
+        return (await self.grade_items([(task, text, request)], tenant))[0]
+
+    @property
+    def processes(self) -> GradingProcesses:
+        """The grading processes, made on first use and started at the first call (the app's
+        lifespan starts and stops them)."""
+        if self._processes is None:
+            self._processes = GradingProcesses(self.settings, self.settings.grading_processes,
+                                               preload=("app.grading.service",))
+        return self._processes
+
+    async def grade_items(self, items: Sequence[tuple[Task, str, GradeRequest]],
+                               tenant: str | None) -> list[GradeResult]:
+        """Grade ``items`` in a grading process (on a grading thread without them), each recorded
+        here once, as ``grade_now`` does. A process that dies mid-call (killed, crashed, out of
+        memory) costs these items an unscored fault, never a reward and never the request."""
+        start = time.perf_counter()
+        try:
+            if self._in_processes:
+                slim = [(task, text, _without_reference(request)) for task, text, request in items]
+                graded = await in_process(self.processes, _grade_in_child, slim, tenant=tenant)
+            else:
+                graded = await off_loop(self.graded_all, list(items), tenant=tenant)
+        except (GradingProcessDied, GradingProcessFailed):
+            seconds = (time.perf_counter() - start) / max(1, len(items))
+            graded = [(_fault(task), Outcome.error.value, seconds) for task, _, _ in items]
+        results = []
+        for result, counted, seconds in graded:
+            record_grade(result.split, result.grading, counted, seconds, tenant)
+            results.append(result)
+        return results
 
     async def grade_many(self, requests: Sequence[GradeRequest], tenant: Tenant = LOCAL_TENANT, *,
                          reward_only: bool = False) -> list[GradeResult | JobPending]:
@@ -336,8 +391,8 @@ class GradingService:
         an item still queued when its wait ends is returned as JobPending. ``reward_only`` as
         for ``grade``.
 
-        Inline items are graded in chunks on a worker thread: a batch of thousands graded on
-        the event loop would hold every other request back for seconds."""
+        Inline items are graded in chunks in the grading processes: a batch of thousands graded
+        on the event loop would hold every other request back for seconds."""
         # Checking items (resolving tasks, reading inline references) is work in proportion to
         # the batch: on a worker thread too.
         results, inline, others = await off_loop(self._prepare_all, requests, tenant, tenant=tenant.name)
@@ -356,7 +411,7 @@ class GradingService:
             raise
 
         for chunk in _chunks(inline):
-            graded = await off_loop(self._grade_chunk, chunk, tenant.name, tenant=tenant.name)
+            graded = await self.grade_items([(t, x, r) for _, t, x, r in chunk], tenant.name)
             for (i, *_), result in zip(chunk, graded, strict=True):
                 results[i] = result if reward_only else self.shown(result, tenant)
 
@@ -430,9 +485,6 @@ class GradingService:
             raise
         return claims
 
-    def _grade_chunk(self, chunk: Sequence[tuple[int, Task, str, GradeRequest]], tenant: str) -> list[GradeResult]:
-        return [self.grade_now(task, text, request, tenant) for _, task, text, request in chunk]
-
     @staticmethod
     def _refused(request: GradeRequest, problem: ApiError) -> GradeResult:
         if problem.status in (429, 503) or problem.error == "judge_unavailable":
@@ -441,3 +493,30 @@ class GradingService:
         task_id = request.task_id if request.task_id and _TASK_ID.fullmatch(request.task_id) else None
         return GradeResult(task_id=task_id, grading="unknown", outcome=Outcome.invalid_request,
                            reward=0.0, explanation=problem.detail)
+
+
+def _fault(task: Task) -> GradeResult:
+    return GradeResult(task_id=task.id or None, split=task.split or None, grading=task.grading,
+                       outcome=Outcome.error, reward=0.0,
+                       explanation="the service failed while grading this item; it was not scored")
+
+
+def _without_reference(request: GradeRequest) -> GradeRequest:
+    """The request as a grading process needs it: an inline reference's values or rows are in the
+    task already, and pickling them again (as models) would cost the API process more than the
+    grade; only the reference's tolerance is read from it (``GradeRequest.options``)."""
+    if request.reference is None:
+        return request
+    kept = type(request.reference).model_construct(tolerance=request.reference.tolerance)
+    return request.model_copy(update={"reference": kept})
+
+
+_child_service: GradingService | None = None
+
+
+def _grade_in_child(items: list[tuple[Task, str, GradeRequest]]) -> list[tuple[GradeResult, str, float]]:
+    """In a grading process: each item's result, the outcome to count and its grading time."""
+    global _child_service
+    if _child_service is None:
+        _child_service = GradingService(child_settings())
+    return _child_service.graded_all(items)
