@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 class ForkServer(Protocol):
     """A long-lived process of a tier and profile that forks each case's child (zygote.py)."""
 
-    popen: Process | None
+    @property
+    def popen(self) -> Process | None: ...
 
     def alive(self) -> bool: ...
     def fork_child(self, uids: UidPool, cgroups: CgroupHost | None) -> Child: ...
