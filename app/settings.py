@@ -168,7 +168,7 @@ class SandboxSettings(BaseModel):
     # The weakest isolation this deployment accepts (plain < bubblewrap < gvisor). A process whose
     # strongest working tier is weaker refuses impl grades (sandbox_error, code not run): never a
     # silent downgrade.
-    min_tier: str = "plain"  # one of TIER_ORDER
+    min_tier: str = TIER_ORDER[0]  # one of TIER_ORDER
     # How gVisor's kernel intercepts the case's system calls: "ptrace" works everywhere (nested
     # virtual machines included); "kvm" is faster on bare metal with /dev/kvm.
     gvisor_platform: Literal["ptrace", "kvm"] = "ptrace"

@@ -143,7 +143,7 @@ def child_env(sb: SandboxSettings, home: str, tmp: str) -> dict[str, str]:
     }
 
 
-def drop_privileges_prefix(plan: Plan, uid: int, cgroup: CaseCgroup | None) -> list[str]:
+def _drop_privileges_prefix(plan: Plan, uid: int, cgroup: CaseCgroup | None) -> list[str]:
     if "setpriv" not in plan.tools:
         raise SandboxFault("running as root needs util-linux setpriv (and unshare) to drop privileges")
     return [*launcher_prefix(plan, cgroup),
@@ -210,7 +210,7 @@ def spawn(
             cgroup = cgroups.create()
             cgroup.set_memory_limit(sb.warm_memory_bytes)  # until the case arms its own limits
             cgroup.set_task_limit(sb.warm_max_tasks)
-        prefix = drop_privileges_prefix(plan, uid, cgroup) if uid is not None else []
+        prefix = _drop_privileges_prefix(plan, uid, cgroup) if uid is not None else []
         spec = launch(prefix, uid)
         cfg["sys_path"] = spec.sys_path
         argv = [*spec.argv, "-I", "-S", "-B", "-c", harness_source(), json.dumps(cfg)]

@@ -6,11 +6,13 @@ namespaces, private /tmp and /dev/shm, control group, dedicated uid, rlimits and
 and then running the same harness (reporter and runner) as a started child. The rest of the
 sandbox (pool, executor, destroy) treats it like any other child.
 
-Used only where that holds every guarantee of the started child: the service is root (each fork
-runs under a dedicated uid of the host, so the zygote, which stays root, is out of its reach),
-and, in the bubblewrap tier, seccomp is in force (it refuses nested user namespaces, which the
-started child refuses with bubblewrap's --disable-userns). Elsewhere ``ForkServers.spawn``
-returns None and the pool starts interpreters as before."""
+``Zygote`` is the fork server of a tier whose forks are processes of the host (plain, bubblewrap),
+built from the tier's ``ForkSpec``; the gvisor tier has its own (tiers/gvisor_lane.py). Used only
+where that holds every guarantee of the started child: the service is root (each fork runs under
+a dedicated uid of the host, so the zygote, which stays root, is out of its reach), and the tier
+says a fork keeps its guarantees (``Tier.forkable``: in the bubblewrap tier, only with seccomp,
+which refuses nested user namespaces as bubblewrap's --disable-userns does for a started child).
+Elsewhere ``ForkServers.spawn`` returns None and the pool starts interpreters as before."""
 
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ def test_warm_pool_serves_a_case_from_a_sandbox_started_before_it() -> None:
 @pytest.mark.parametrize("gvisor_tier", GVISOR)
 def test_gvisor_cases_are_never_forked_from_a_host_process(gvisor_tier: str) -> None:
     """The fork server (the default launcher) of the gvisor tier runs inside a gVisor sandbox
-    (gvisor_zygote.py): a gvisor case is a fork of a zygote behind gVisor's kernel, or a sandbox
+    (tiers/gvisor_lane.py): a gvisor case is a fork of a zygote behind gVisor's kernel, or a sandbox
     of its own, never a fork of a process on the host's kernel. (Without the filter: no fork
     server, a sandbox per case.)"""
     box = box_for(gvisor_tier)
