@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.cpus import cores_given
@@ -153,6 +153,12 @@ class JudgeSettings(BaseModel):
     constraint: Literal["none", "guided_choice", "json_schema", "logprobs"] = "none"
 
 
+# The sandbox's isolation tiers, weakest first: the values SANDBOX__TIER and MIN_TIER accept, and
+# how MIN_TIER ranks them. Each is the module of that name in app/sandbox/tiers/: adding a tier is
+# that module and its place here.
+TIER_ORDER: tuple[str, ...] = ("plain", "bubblewrap", "gvisor")
+
+
 class SandboxSettings(BaseModel):
     """Isolation and limits for impl grading (app/sandbox). Tests shorten the limits."""
 
@@ -160,13 +166,13 @@ class SandboxSettings(BaseModel):
 
     # "auto" probes bubblewrap, then a plain child, and uses the strongest that really runs;
     # "gvisor" (a user-space kernel per case, runsc, root only) is used only when named here.
-    tier: Literal["auto", "gvisor", "bubblewrap", "plain"] = "auto"
+    tier: str = "auto"  # "auto" or one of TIER_ORDER
     # "auto": apply the seccomp deny-list when libseccomp loads; "require": fail closed without it.
     seccomp: Literal["auto", "require", "off"] = "auto"
     # The weakest isolation this deployment accepts (plain < bubblewrap < gvisor). A process whose
     # strongest working tier is weaker refuses impl grades (sandbox_error, code not run): never a
     # silent downgrade.
-    min_tier: Literal["plain", "bubblewrap", "gvisor"] = "plain"
+    min_tier: str = TIER_ORDER[0]  # one of TIER_ORDER
     # How gVisor's kernel intercepts the case's system calls: "ptrace" works everywhere (nested
     # virtual machines included); "kvm" is faster on bare metal with /dev/kvm.
     gvisor_platform: Literal["ptrace", "kvm"] = "ptrace"
@@ -218,6 +224,14 @@ class SandboxSettings(BaseModel):
     # imported numpy/JAX once (used where it keeps every guarantee, see the sandbox docs; elsewhere
     # interpreters are started as with "exec"); "exec" starts a fresh interpreter per case.
     launcher: Literal["forkserver", "exec"] = "forkserver"
+
+    @field_validator("tier", "min_tier")
+    @classmethod
+    def _known_tier(cls, name: str, info: ValidationInfo) -> str:
+        allowed = (*(("auto",) if info.field_name == "tier" else ()), *TIER_ORDER)
+        if name not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return name
 
     @model_validator(mode="after")
     def _resolve_case_cap(self) -> SandboxSettings:

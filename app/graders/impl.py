@@ -23,7 +23,7 @@ from app.graders.impl_source import denied_imports, extract_code
 from app.graders.impl_verdict import NOTHING, CaseVerdict, Reason, assess
 from app.graders.result import GradeResult, Outcome
 from app.sandbox.pool import get_sandbox
-from app.sandbox.tier_order import meets_minimum, refusal
+from app.sandbox.tier_order import above_weakest, meets_minimum, refusal
 
 if TYPE_CHECKING:
     from app.graders.options import GradeOptions
@@ -90,7 +90,7 @@ def grade_source(exercise: Exercise, source: str, *, all_or_nothing: bool, setti
     sb = settings.sandbox
     box = get_sandbox(sb)
     details: dict[str, Any] = {"exercise": exercise.name, "entry": exercise.entry, "case_seed": seed}
-    if sb.min_tier != "plain":  # fail closed: never run the code in a weaker tier than required
+    if above_weakest(sb.min_tier):  # fail closed: never run the code in a weaker tier than required
         tier = box.status()["tier"]
         refused = refusal(tier, sb.min_tier)
         if refused:

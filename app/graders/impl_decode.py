@@ -1,5 +1,5 @@
 """The parent's reading of a sandbox result: strict, by type, with the same caps the reporter
-applied (child_values.plain_problem), checked again here because nothing that comes out of a
+applied (child/values.plain_problem), checked again here because nothing that comes out of a
 sandbox is trusted. Anything malformed decodes to ``Unsupported``; nothing raises.
 
 Cost is linear in the result and bounded by the caps (items, depth, string length, integer
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.sandbox.child_values import plain_problem
+from app.sandbox.child.values import plain_problem
 
 DEFAULT_MAX_ITEMS = 10_000
 

@@ -1,7 +1,7 @@
 """Facts about a candidate's jax.Array, established by code the candidate never ran in.
 
 The candidate's process only *claims* things: the harness there reads the returned array's
-values and the mesh and partition spec it declares (child_values._sharding_claim) as plain data,
+values and the mesh and partition spec it declares (child/values._sharding_claim) as plain data,
 and a candidate can fake any of that (subclass, patched class, rebound encoder, forged frame).
 So nothing it says about shards, devices or replication is used. Instead the parent sends the
 claims of the cases whose values passed to a *fresh* sandbox child that runs only

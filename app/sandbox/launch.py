@@ -1,12 +1,10 @@
-"""Start one sandbox child in a given isolation tier, and destroy it afterwards.
+"""What every tier's children have in common: start one (``spawn``, given the tier's command line),
+read its result channel, and destroy it afterwards with everything it started.
 
-Tiers: ``bubblewrap`` (new user, pid, ipc, uts, network, mount and cgroup namespaces; only the
-interpreter, the needed site-packages and system libraries bound read-only; read-only /dev and
-/proc; private size-capped tmpfs /tmp and /dev/shm; the harness itself is pid 1, so no process of
-bubblewrap's own runs inside) and ``plain`` (a scrubbed ``python -I`` child with a private
-working and temporary directory). Both add the seccomp deny-list when asked, installed before the
-harness forks so that it covers every process of the sandbox, and, when the service is root, run
-under a dedicated unprivileged uid in a control group of their own (see cgroups.py)."""
+A started child runs the harness (child/) with the seccomp deny-list when asked, installed
+before the harness forks so that it covers every process of the sandbox, and, when the service
+is root, under a dedicated unprivileged uid in a control group of its own (see cgroups.py). What
+it sees of the host is its tier's (tiers/)."""
 
 from __future__ import annotations
 
@@ -21,20 +19,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from app.sandbox.cgroups import CaseCgroup, CgroupHost
+from app.sandbox.child import harness_source
 from app.sandbox.leftovers import remove_leftovers_of
 from app.sandbox.owners import CASE_PREFIX, owned_tempdir
-from app.sandbox.plan import SITE_IN_SANDBOX, Plan
+from app.sandbox.plan import Plan
 from app.sandbox.uids import UidPool, processes_of
 
 if TYPE_CHECKING:
     from app.settings import SandboxSettings
 
-SANDBOX_UID = 65534  # the uid the candidate sees inside the bubblewrap tier
+SANDBOX_UID = 65534  # the uid the candidate runs as inside a tier with a user namespace or kernel of its own
 # The root launcher: move itself into each control group of the case (so everything it execs
 # is in them from the first instruction), bind-mount each staged source onto its mountpoint,
 # then exec the rest of argv. Only our own paths are ever passed here, as positional
@@ -55,26 +52,6 @@ _live_lock = threading.Lock()
 
 class SandboxFault(Exception):
     """The sandbox itself failed (a child could not start or died before candidate code)."""
-
-
-_HARNESS_PARTS = ("child_channels.py", "child_seccomp.py", "child_values.py", "child_runner.py", "child_harness.py")
-
-
-@cache
-def harness_source() -> str:
-    here = Path(__file__).parent
-    # The deny-list goes on before main() forks the reporter and the runner: no process of the
-    # sandbox ever runs without it (the runner checks that it is in force before the candidate runs).
-    program = "open_result_socket_first()\narm_seccomp_first()\nmain()\n"
-    return "\n".join([*((here / name).read_text() for name in _HARNESS_PARTS), program])
-
-
-@cache
-def zygote_source() -> str:
-    """The fork server's program: the harness with the zygote loop as its entry point."""
-    here = Path(__file__).parent
-    parts = (*_HARNESS_PARTS, "child_zygote.py")
-    return "\n".join([*((here / name).read_text() for name in parts), "zygote_main()\n"])
 
 
 def harness_cfg(sb: SandboxSettings, profile: str, seccomp: bool, uid: int | None, result_fd: int) -> dict[str, Any]:
@@ -135,6 +112,11 @@ class Child:
     teardown: Callable[[], dict[str, Any]] | None = None
     extra_tasks: int = 0
     forked: bool = False  # forked by a fork server (zygote.py) rather than started
+    # Its uid may have left files and IPC objects in the host's shared places (the plain tier).
+    host_residue: bool = False
+    # Forked, its leader exits only once the case's namespaces are empty: its exit means that no
+    # process of the case is left (a forked bubblewrap or gvisor case).
+    leader_outlives_case: bool = False
     # Whether the fork server that forked it still runs (and is not exiting): its forks die with
     # it, so a case that ends that way ended by no doing of the candidate's.
     origin_alive: Callable[[], bool] | None = None
@@ -186,63 +168,40 @@ def launcher_prefix(plan: Plan, cgroup: CaseCgroup | None) -> list[str]:
     return argv
 
 
-def bwrap_argv(plan: Plan, sb: SandboxSettings, *, zygote: bool = False) -> list[str]:
-    """bubblewrap's command line for a child, or (zygote) for a fork server: the same view of
-    the filesystem, but real root with the few capabilities it needs to give each fork its own
-    namespaces, mounts and uid (see child_zygote.py); no user namespace, so that each fork can
-    run under its own dedicated uid of the host."""
-    if "bwrap" not in plan.tools:
-        raise SandboxFault("bubblewrap is not installed")
-    argv = [plan.tools["bwrap"], "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--as-pid-1", "--hostname", "sandbox"]
-    if zygote:
-        for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_CHOWN"):
-            argv += ["--cap-add", cap]
-    else:
-        # --as-pid-1: the harness's reporter is the namespace's init, not a reaper of
-        # bubblewrap's that would run outside the filter and the limits. --disable-userns: no
-        # nested user namespace, even where seccomp is off.
-        argv += ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    if zygote:
-        # Run as root, bubblewrap makes the directories that hold the mountpoints 0700; the
-        # forks' dedicated uids must traverse them.
-        targets = [*(b.target for b in plan.system_binds), plan.prefix, *(b.target for b in plan.site_binds)]
-        parents = {str(p) for t in targets for p in Path(t).parents if str(p) != "/"}
-        for d in sorted(parents, key=lambda p: p.count("/")):
-            argv += ["--perms", "0755", "--dir", d]
-    for b in plan.system_binds:
-        argv += ["--ro-bind", b.source, b.target]
-    for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64"), ("/bin", "usr/bin")):
-        if os.path.islink(link):
-            argv += ["--symlink", target, link]
-    argv += ["--ro-bind", plan.visible(plan.prefix), plan.prefix]
-    for b in plan.site_binds:
-        argv += ["--ro-bind", plan.visible(b.source), b.target]
-    argv += [
-        # /proc read-only: /proc/<pid>/mem cannot be opened for writing, whoever owns the pid.
-        "--proc", "/proc", "--remount-ro", "/proc",
-        # /proc/locks lists every file lock on the host: covered (no case takes a lock anyway,
-        # child_channels.py). Bubblewrap binds it nodev, so it cannot even be opened.
-        "--ro-bind", "/dev/null", "/proc/locks",
-        # /dev read-only with a size-capped shared-memory tmpfs (bubblewrap's /dev is itself an
-        # unbounded tmpfs); tmpfs pages are charged to the case's memory group where there is one.
-        "--dev", "/dev", "--perms", "1777", "--size", str(sb.shm_bytes), "--tmpfs", "/dev/shm",
-        "--remount-ro", "/dev",
-        "--perms", "1777", "--size", str(sb.tmpfs_bytes), "--tmpfs", "/tmp",
-    ]
-    if not zygote:  # a fork server's forks mount /tmp afresh and make these themselves
-        argv += ["--dir", "/tmp/work", "--dir", "/tmp/home", "--chdir", "/tmp/work"]
-    argv += ["--remount-ro", "/", "--"]
-    return argv
+@dataclass
+class Launch:
+    """How a tier starts one child's interpreter: the command line up to and including the
+    interpreter, its environment, where it starts, the harness's sys.path, and a host directory
+    of the child's own (removed with it)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None = None
+    sys_path: list[str] = field(default_factory=list)
+    workdir: str | None = None
+
+
+def case_dirs(uid: int | None) -> tuple[str, dict[str, str]]:
+    """A case's private working, home and temporary directories on the host, under one
+    root-owned directory that is traversable but not listable: the case reaches its own by path,
+    and nothing else in there."""
+    workdir = owned_tempdir(CASE_PREFIX, 0o711)
+    paths = {d: os.path.join(workdir, d) for d in ("work", "home", "tmp")}
+    for d in paths.values():
+        os.mkdir(d, 0o700)
+        if uid is not None:
+            os.chown(d, uid, uid)
+    return workdir, paths
 
 
 def spawn(
     plan: Plan, sb: SandboxSettings, tier: str, seccomp: bool, profile: str, uids: UidPool | None,
-    cgroups: CgroupHost | None = None,
+    cgroups: CgroupHost | None, launch: Callable[[list[str], int | None], Launch], *, host_residue: bool = False,
 ) -> Child:
-    """Start a child that warms up for profile and then waits for one case on stdin."""
+    """Start a child that warms up for profile and then waits for one case on stdin. launch
+    (the tier's) builds its command line from the privilege-dropping prefix and its uid."""
     uid = uids.take() if uids is not None else None
-    workdir = None
+    spec = None
     cgroup = None
     read_end, write_end = os.pipe()
     try:
@@ -252,32 +211,17 @@ def spawn(
             cgroup.set_memory_limit(sb.warm_memory_bytes)  # until the case arms its own limits
             cgroup.set_task_limit(sb.warm_max_tasks)
         prefix = _drop_privileges_prefix(plan, uid, cgroup) if uid is not None else []
-        if tier == "bubblewrap":
-            cfg["sys_path"] = [SITE_IN_SANDBOX]
-            env = child_env(sb, "/tmp/home", "/tmp")
-            argv = [*prefix, *bwrap_argv(plan, sb), plan.python]
-            cwd = None
-        else:
-            cfg["sys_path"] = [plan.visible(d) for d in plan.site_dirs]
-            # Root-owned and traversable but not listable: the case reaches its own working,
-            # home and temporary directories by path, and nothing else in here.
-            workdir = owned_tempdir(CASE_PREFIX, 0o711)
-            cwd, home, tmp = (os.path.join(workdir, d) for d in ("work", "home", "tmp"))
-            for d in (cwd, home, tmp):
-                os.mkdir(d, 0o700)
-                if uid is not None:
-                    os.chown(d, uid, uid)
-            env = child_env(sb, home, tmp)
-            argv = [*prefix, plan.visible(plan.python)]
-        argv += ["-I", "-S", "-B", "-c", harness_source(), json.dumps(cfg)]
+        spec = launch(prefix, uid)
+        cfg["sys_path"] = spec.sys_path
+        argv = [*spec.argv, "-I", "-S", "-B", "-c", harness_source(), json.dumps(cfg)]
         popen = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=(write_end,), cwd=cwd, env=env, start_new_session=True,
+            pass_fds=(write_end,), cwd=spec.cwd, env=spec.env, start_new_session=True,
         )
     except BaseException:
         os.close(read_end)
-        if workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+        if spec is not None and spec.workdir:
+            shutil.rmtree(spec.workdir, ignore_errors=True)
         if cgroup is not None:
             cgroup.remove()
         if uid is not None and uids is not None:
@@ -288,8 +232,8 @@ def spawn(
     for f in (popen.stdout, popen.stderr):
         assert f is not None
         os.set_blocking(f.fileno(), False)
-    child = Child(popen, read_end, tier, seccomp, profile, uid, workdir, time.monotonic(), cgroup,
-                  max_message_bytes(sb))
+    child = Child(popen, read_end, tier, seccomp, profile, uid, spec.workdir, time.monotonic(), cgroup,
+                  max_message_bytes(sb), host_residue=host_residue)
     register(child)
     return child
 
@@ -393,7 +337,7 @@ def reap_uid(uid: int) -> bool:
 
 def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
     """Kill the child and everything it started; free its uid, control group and working
-    directory, and (plain tier) whatever its uid left in the host's shared places. Returns
+    directory, and whatever its uid left in the host's shared places (where the tier shares them). Returns
     what the case's control group recorded (memory kills) for the verdict's evidence."""
     with _live_lock:
         _live.discard(child)
@@ -423,8 +367,8 @@ def destroy(child: Child, uids: UidPool | None) -> dict[str, Any]:
         # empties the pid namespace every process of the case is in: nothing can be left.
         # A forked gvisor child's uid is one of gVisor's kernel, never of the host: its leader
         # exits only once no process of that uid is left in the lane's sandbox.
-        gone = (child.forked and child.tier in ("bubblewrap", "gvisor") and exited) or reap_uid(child.uid)
-        if child.tier == "plain":
+        gone = (child.leader_outlives_case and exited) or reap_uid(child.uid)
+        if child.host_residue:
             facts["left_behind"] = remove_leftovers_of(child.uid)
         if uids is not None and gone:
             uids.give_back(child.uid)

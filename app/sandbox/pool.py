@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from app.sandbox.cgroups import CgroupHost, close_shared_cgroup_host, shared_cgroup_host
 from app.sandbox.executor import CaseRun, case_request, run_in_child
-from app.sandbox.gvisor import spawn_gvisor
 from app.sandbox.health import record_start, use_health_file
-from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, destroy_all, spawn, wait_ready
+from app.sandbox.launch import PROFILES, Child, SandboxFault, destroy, destroy_all, wait_ready
 from app.sandbox.owners import remove_stale_dirs
 from app.sandbox.plan import Plan, build_plan
-from app.sandbox.tier_order import auto_tiers
+from app.sandbox.tiers import auto_tiers, get_tier
 from app.sandbox.uids import UidPool, shared_uid_pool
 from app.sandbox.zygote import ForkServers
 
 if TYPE_CHECKING:
+    from app.sandbox.tier import Tier
     from app.settings import SandboxSettings
 
 log = logging.getLogger(__name__)
@@ -36,20 +36,26 @@ _REPROBE_AFTER_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
-class Tier:
-    isolation: str  # "gvisor", "bubblewrap" or "plain"
+class Candidate:
+    """A tier with or without the seccomp deny-list: what is probed, and then in force."""
+
+    tier: Tier
     seccomp: bool
 
     @property
+    def isolation(self) -> str:
+        return self.tier.name
+
+    @property
     def name(self) -> str:
-        return self.isolation + ("+seccomp" if self.seccomp else "")
+        return self.tier.name + ("+seccomp" if self.seccomp else "")
 
 
-def candidate_tiers(sb: SandboxSettings) -> list[Tier]:
-    """Tiers to try, strongest first, as far as the settings allow (``auto``: see tier_order)."""
-    isolations = auto_tiers() if sb.tier == "auto" else [sb.tier]
+def candidate_tiers(sb: SandboxSettings) -> list[Candidate]:
+    """Tiers to try, strongest first, as far as the settings allow (``auto``: see tiers/)."""
+    tiers = auto_tiers() if sb.tier == "auto" else [get_tier(sb.tier)]
     seccomps = {"auto": [True, False], "require": [True], "off": [False]}[sb.seccomp]
-    return [Tier(i, s) for i in isolations for s in seccomps]
+    return [Candidate(t, s) for t in tiers for s in seccomps]
 
 
 class Sandbox:
@@ -58,7 +64,7 @@ class Sandbox:
         self._plan: Plan | None = None
         self._uids: UidPool | None = None
         self._cgroups: CgroupHost | None = None
-        self._tier: Tier | None = None
+        self._tier: Candidate | None = None
         self._probe_report: list[dict[str, Any]] = []
         self._probe_failed: tuple[float, str] | None = None  # when and why no tier started
         self._lock = threading.Lock()
@@ -89,38 +95,34 @@ class Sandbox:
 
     @property
     def limits(self) -> str:
-        """What bounds a case as a whole: a control group per case, or per-process rlimits. A
-        fork inside a lane's gVisor sandbox has no host process of its own to put in a group:
-        rlimits (gVisor enforces them) bound it, and the lane's group the lane as a whole."""
-        tier = self._tier
-        if tier is not None and tier.isolation == "gvisor" and self.launcher == "forkserver":
-            return "rlimits"
-        return self._cgroups.name if self._cgroups is not None else "rlimits"
+        """What bounds a case as a whole: a control group per case, or per-process rlimits (the
+        tier in force says which, for the way its children start)."""
+        if self._tier is None:
+            return self._cgroups.name if self._cgroups is not None else "rlimits"
+        return self._tier.tier.limits(self._cgroups, forked=self.launcher == "forkserver")
 
     @property
     def launcher(self) -> str:
         """How children of the tier in force start: ``forkserver`` or ``exec`` (see zygote.py)."""
         tier, plan = self._tier, self._plan
-        if tier is None or plan is None or not self._forkservers.serving(plan, tier.isolation, tier.seccomp):
+        if tier is None or plan is None or not self._forkservers.serving(plan, tier.tier, tier.seccomp):
             return "exec"
         return "forkserver"
 
-    def _spawn(self, tier: Tier, profile: str) -> Child:
+    def _spawn(self, tier: Candidate, profile: str) -> Child:
         """A child forked by the tier's fork server where one serves, else a started one."""
         plan = self._ensure_plan()
-        forked = self._forkservers.spawn(plan, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
+        forked = self._forkservers.spawn(plan, tier.tier, tier.seccomp, profile, self._uids, self._cgroups)
         if forked is not None:
             return forked
         return self._start(tier, profile)
 
-    def _start(self, tier: Tier, profile: str) -> Child:
+    def _start(self, tier: Candidate, profile: str) -> Child:
         """A child started for tier (a new interpreter; in the gvisor tier, a new gVisor sandbox)."""
         plan = self._ensure_plan()
-        if tier.isolation == "gvisor":
-            return spawn_gvisor(plan, self.settings, tier.seccomp, profile, self._cgroups)
-        return spawn(plan, self.settings, tier.isolation, tier.seccomp, profile, self._uids, self._cgroups)
+        return tier.tier.start(plan, self.settings, tier.seccomp, profile, self._uids, self._cgroups)
 
-    def _probe_one(self, tier: Tier) -> None:
+    def _probe_one(self, tier: Candidate) -> None:
         # Always a started interpreter: the probe is what shows that the tier works on this host.
         child = self._start(tier, "bare")
         try:
@@ -135,7 +137,7 @@ class Sandbox:
         if bool((run.armed or {}).get("seccomp")) != tier.seccomp:
             raise SandboxFault("seccomp was not applied")
 
-    def tier(self) -> Tier:
+    def tier(self) -> Candidate:
         """The strongest tier whose probe child really ran a case (probed once)."""
         with self._lock:
             if self._tier is not None:
@@ -320,12 +322,12 @@ class Sandbox:
 
 def plain_tier_refusal(box: Sandbox, multi_tenant: bool) -> str | None:
     """Why this service must not start with the tier in force, or None. A multi-tenant service
-    (a tenants file) runs hostile code of many parties: the plain tier, which shares the host's
-    filesystem, network and process table, needs the operator's explicit consent."""
+    (a tenants file) runs hostile code of many parties: a tier that shares the host's
+    filesystem, network and process table (the plain tier) needs the operator's explicit consent."""
     if not multi_tenant or box.settings.allow_plain:
         return None
     tier = box.tier()
-    if tier.isolation != "plain":
+    if not tier.tier.shares_host:
         return None
     return (f"the sandbox tier in force is {tier.name}: submitted code would share this host's "
             "filesystem, network and processes. Install bubblewrap (and allow unprivileged user "

@@ -1,5 +1,5 @@
-"""The one ranking of sandbox isolation tiers, weakest first, and the minimum tier a deployment
-accepts (``SCALING_GRADER_SANDBOX__MIN_TIER``).
+"""The minimum tier a deployment accepts (``SCALING_GRADER_SANDBOX__MIN_TIER``), against the one
+ranking of tiers (``app.settings.TIER_ORDER``, weakest first).
 
 Tiers are ranked by isolation only; seccomp is required separately (``SANDBOX__SECCOMP=require``).
 ``plain`` shares the host's kernel, filesystem and process table; ``bubblewrap`` shares only the
@@ -9,14 +9,7 @@ reason instead of running candidate code in a weaker sandbox than the operator a
 
 from __future__ import annotations
 
-TIER_ORDER = ("plain", "bubblewrap", "gvisor")
-# Used only when named (SANDBOX__TIER): it costs every case more and needs root.
-NAMED_ONLY = ("gvisor",)
-
-
-def auto_tiers() -> list[str]:
-    """What ``SANDBOX__TIER=auto`` tries, strongest first."""
-    return [t for t in reversed(TIER_ORDER) if t not in NAMED_ONLY]
+from app import settings
 
 
 def isolation_of(tier_name: str) -> str:
@@ -26,9 +19,10 @@ def isolation_of(tier_name: str) -> str:
 
 def meets_minimum(tier_name: str | None, minimum: str) -> bool:
     """True when the tier in force (None: no tier starts) is at least as strong as minimum."""
-    if not tier_name or isolation_of(tier_name) not in TIER_ORDER:
+    order = settings.TIER_ORDER
+    if not tier_name or isolation_of(tier_name) not in order:
         return False
-    return TIER_ORDER.index(isolation_of(tier_name)) >= TIER_ORDER.index(minimum)
+    return order.index(isolation_of(tier_name)) >= order.index(minimum)
 
 
 def refusal(tier_name: str | None, minimum: str) -> str | None:
@@ -37,3 +31,8 @@ def refusal(tier_name: str | None, minimum: str) -> str | None:
         return None
     have = f"the strongest sandbox tier that works here is {tier_name}" if tier_name else "no sandbox tier works here"
     return f"{have}, below the minimum tier '{minimum}' this deployment requires; the code was not run"
+
+
+def above_weakest(minimum: str) -> bool:
+    """Whether the minimum excludes any tier (a minimum of the weakest tier is met by every one)."""
+    return minimum != settings.TIER_ORDER[0]

@@ -1,16 +1,18 @@
 """Children forked from a fork server ("zygote") instead of started as fresh interpreters.
 
 One zygote per tier and profile has imported numpy (and JAX, without starting its backend) once;
-each child is a fork of it that no other case ran in, set up by child_zygote.py with its own
+each child is a fork of it that no other case ran in, set up by child/zygote.py with its own
 namespaces, private /tmp and /dev/shm, control group, dedicated uid, rlimits and seccomp filter,
 and then running the same harness (reporter and runner) as a started child. The rest of the
 sandbox (pool, executor, destroy) treats it like any other child.
 
-Used only where that holds every guarantee of the started child: the service is root (each fork
-runs under a dedicated uid of the host, so the zygote, which stays root, is out of its reach),
-and, in the bubblewrap tier, seccomp is in force (it refuses nested user namespaces, which the
-started child refuses with bubblewrap's --disable-userns). Elsewhere ``ForkServers.spawn``
-returns None and the pool starts interpreters as before."""
+``Zygote`` is the fork server of a tier whose forks are processes of the host (plain, bubblewrap),
+built from the tier's ``ForkSpec``; the gvisor tier has its own (tiers/gvisor_lane.py). Used only
+where that holds every guarantee of the started child: the service is root (each fork runs under
+a dedicated uid of the host, so the zygote, which stays root, is out of its reach), and the tier
+says a fork keeps its guarantees (``Tier.forkable``: in the bubblewrap tier, only with seccomp,
+which refuses nested user namespaces as bubblewrap's --disable-userns does for a started child).
+Elsewhere ``ForkServers.spawn`` returns None and the pool starts interpreters as before."""
 
 from __future__ import annotations
 
@@ -26,26 +28,17 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from app.sandbox.cgroups import CaseCgroup, CgroupHost
-from app.sandbox.gvisor_zygote import GvisorZygote
-from app.sandbox.launch import (
-    Child,
-    SandboxFault,
-    bwrap_argv,
-    child_env,
-    harness_cfg,
-    launcher_prefix,
-    max_message_bytes,
-    register,
-    zygote_source,
-)
-from app.sandbox.owners import CASE_PREFIX, owned_tempdir
-from app.sandbox.plan import SITE_IN_SANDBOX, Plan
+from app.sandbox.child import zygote_source
+from app.sandbox.launch import Child, SandboxFault, case_dirs, harness_cfg, max_message_bytes, register
+from app.sandbox.plan import Plan
 from app.sandbox.uids import UidPool
 
 if TYPE_CHECKING:
+    from app.sandbox.tier import ForkServer, Tier
     from app.settings import SandboxSettings
 
 log = logging.getLogger(__name__)
@@ -125,37 +118,48 @@ def _pid_of(pidfd: int) -> int:
     raise SandboxFault("the kernel does not report a pidfd's process")
 
 
+@dataclass(frozen=True)
+class ForkSpec:
+    """A tier's fork server as data: the command line up to and including the interpreter, its
+    environment and sys.path; how each fork isolates itself (child/zygote.py: ``namespaces``, its
+    own mount, pid, IPC, network, UTS and cgroup namespaces and private filesystems; or
+    ``directories``, private host directories only); what a fork's uid may leave in the host's
+    shared places; whether a fork's leader outlives its case (then it is stopped with SIGTERM,
+    which it passes on to the case's pid 1, and its exit means the case is gone)."""
+
+    tier: str
+    argv: list[str]
+    env: dict[str, str]
+    sys_path: list[str]
+    fork: str
+    host_residue: bool = False
+    leader_outlives_case: bool = False
+
+
 class Zygote:
     """One fork server: a long-lived process of the given tier and profile."""
 
-    def __init__(self, plan: Plan, sb: SandboxSettings, isolation: str, seccomp: bool, profile: str) -> None:
-        self.plan, self.sb = plan, sb
-        self.isolation, self.seccomp, self.profile = isolation, seccomp, profile
+    def __init__(self, plan: Plan, sb: SandboxSettings, spec: ForkSpec, seccomp: bool, profile: str) -> None:
+        self.plan, self.sb, self.spec = plan, sb, spec
+        self.seccomp, self.profile = seccomp, profile
         self._lock = threading.Lock()  # one request at a time on the control socket
         self._pidfd = -1  # until the zygote's ready message brings it (stop() may come first)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.control = ours
         cfg = {
             "control_fd": theirs.fileno(),
-            "isolation": isolation,
+            "fork": spec.fork,
             "preload": profile,
             "seccomp": seccomp,
             "tmpfs_bytes": sb.tmpfs_bytes,
             "shm_bytes": sb.shm_bytes,
-            "sys_path": self.sys_path,
+            "sys_path": spec.sys_path,
         }
-        prefix = launcher_prefix(plan, None)
-        if isolation == "bubblewrap":
-            argv = [*prefix, *bwrap_argv(plan, sb, zygote=True), plan.python]
-            env = child_env(sb, "/tmp/home", "/tmp")
-        else:
-            argv = [*prefix, plan.visible(plan.python)]
-            env = child_env(sb, "/nonexistent", "/nonexistent")  # each fork sets its own
-        argv += ["-I", "-S", "-B", "-c", zygote_source(), json.dumps(cfg)]
+        argv = [*spec.argv, "-I", "-S", "-B", "-c", zygote_source(), json.dumps(cfg)]
         try:
             self.popen = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                pass_fds=(theirs.fileno(),), cwd="/", env=env, start_new_session=True,
+                pass_fds=(theirs.fileno(),), cwd="/", env=spec.env, start_new_session=True,
             )
         finally:
             theirs.close()
@@ -170,12 +174,6 @@ class Zygote:
         # Kept open: it turns readable the moment the zygote's python exits, before bubblewrap
         # (what popen watches in that tier) has followed it out.
         self._pidfd = own
-
-    @property
-    def sys_path(self) -> list[str]:
-        if self.isolation == "bubblewrap":
-            return [SITE_IN_SANDBOX]
-        return [self.plan.visible(d) for d in self.plan.site_dirs]
 
     def _stderr(self) -> str:
         try:
@@ -225,108 +223,9 @@ class Zygote:
             raise SandboxFault(f"the fork server failed: {reply.get('error') or self._stderr()}")
         return pidfd
 
-    def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            self.control.close()
-        with contextlib.suppress(OSError):
-            os.killpg(self.popen.pid, signal.SIGKILL)  # our own child: its pid is still ours
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=10)
-        if self.popen.stderr is not None:
-            self.popen.stderr.close()
-        with contextlib.suppress(OSError):
-            os.close(self._pidfd)
-        self._pidfd = -1  # (a closed number may be reused by another file: never select on it)
-
-
-class ForkServers:
-    """The zygotes of one sandbox, started on first use, restarted when one dies."""
-
-    def __init__(self, sb: SandboxSettings) -> None:
-        self.sb = sb
-        self._zygotes: dict[tuple[str, bool, str], Zygote | GvisorZygote] = {}
-        self._failed: dict[tuple[str, bool, str], float] = {}
-        self._lock = threading.Lock()
-        # Zygotes are started from this one thread, which lives as long as the sandbox:
-        # bubblewrap's --die-with-parent follows the *thread* that started it, and a grading
-        # thread that happens to need the first child may end right after its grade.
-        self._keeper = ThreadPoolExecutor(1, thread_name_prefix="sandbox-forkserver")
-
-    def usable(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
-        # Only where a fork keeps every guarantee of a started child. bubblewrap and gvisor need
-        # the deny-list, which refuses the nested user namespaces a started child refuses
-        # otherwise; gvisor forks inside one gVisor sandbox per lane (gvisor_zygote.py).
-        if self.sb.launcher != "forkserver" or not plan.is_root:
-            return False
-        if isolation == "gvisor":
-            return seccomp and "runsc" in plan.tools
-        return isolation == "plain" or (isolation == "bubblewrap" and seccomp and "bwrap" in plan.tools)
-
-    def serving(self, plan: Plan, isolation: str, seccomp: bool) -> bool:
-        """Usable, and no zygote of the tier failed to start lately (cases then start interpreters)."""
-        if not self.usable(plan, isolation, seccomp):
-            return False
-        now = time.monotonic()
-        with self._lock:
-            return not any(key[:2] == (isolation, seccomp) and now - when < _RETRY_AFTER_SECONDS
-                           for key, when in self._failed.items())
-
-    def _zygote(self, plan: Plan, isolation: str, seccomp: bool, profile: str,
-                cgroups: CgroupHost | None = None) -> Zygote | GvisorZygote | None:
-        key = (isolation, seccomp, profile)
-        with self._lock:
-            zygote = self._zygotes.get(key)
-            if zygote is not None and zygote.alive():
-                return zygote
-            if zygote is not None:
-                log.warning("fork server for %s/%s died; starting another", isolation, profile)
-                zygote.stop()
-                del self._zygotes[key]
-            failed = self._failed.get(key)
-            if failed is not None and time.monotonic() - failed < _RETRY_AFTER_SECONDS:
-                return None
-            try:
-                if isolation == "gvisor":
-                    zygote = self._keeper.submit(GvisorZygote, plan, self.sb, seccomp, profile, cgroups).result()
-                else:
-                    zygote = self._keeper.submit(Zygote, plan, self.sb, isolation, seccomp, profile).result()
-                self._zygotes[key] = zygote
-            except (SandboxFault, OSError, RuntimeError) as exc:
-                self._failed[key] = time.monotonic()
-                log.warning("fork server for %s/%s unavailable, starting interpreters instead: %s",
-                            isolation, profile, exc)
-                return None
-            self._failed.pop(key, None)
-            return zygote
-
-    def spawn(self, plan: Plan, isolation: str, seccomp: bool, profile: str, uids: UidPool | None,
-              cgroups: CgroupHost | None) -> Child | None:
-        """A child forked by the zygote, not yet ready (launch.wait_ready as for any child); None
-        when no zygote can serve this tier (the caller starts an interpreter)."""
-        if not self.usable(plan, isolation, seccomp) or uids is None:
-            return None
-        for attempt in range(2):
-            zygote = self._zygote(plan, isolation, seccomp, profile, cgroups)
-            if zygote is None:
-                return None
-            try:
-                if isinstance(zygote, GvisorZygote):
-                    return zygote.fork_child(uids)
-                return self._fork(zygote, isolation, seccomp, profile, uids, cgroups)
-            except SandboxFault:
-                if attempt == 1:
-                    raise
-                with contextlib.suppress(subprocess.TimeoutExpired):  # bubblewrap follows it out
-                    if zygote.popen is not None:
-                        zygote.popen.wait(timeout=0.5)
-                if zygote.alive():
-                    raise
-                # It died (or was killed) since it was last used: once more with a new one.
-        return None
-
-    def _fork(self, zygote: Zygote, isolation: str, seccomp: bool, profile: str, uids: UidPool,
-              cgroups: CgroupHost | None) -> Child:
-        sb = self.sb
+    def fork_child(self, uids: UidPool, cgroups: CgroupHost | None) -> Child:
+        """A child forked for the next case, not yet ready (launch.wait_ready as for any child)."""
+        sb, spec, profile, seccomp = self.sb, self.spec, self.profile, self.seccomp
         uid = uids.take()
         cgroup: CaseCgroup | None = None
         workdir = None
@@ -340,21 +239,17 @@ class ForkServers:
                 cgroup.set_task_limit(sb.warm_max_tasks)
             request: dict[str, object] = {"uid": uid, "cfg": {
                 **harness_cfg(sb, profile, seccomp, uid, -1), "sys_path": [], "warm_jit": False}}
-            if isolation == "plain":
-                workdir = owned_tempdir(CASE_PREFIX, 0o711)
-                paths = {d: os.path.join(workdir, d) for d in ("work", "home", "tmp")}
-                for d in paths.values():
-                    os.mkdir(d, 0o700)
-                    os.chown(d, uid, uid)
+            if spec.fork == "directories":
+                workdir, paths = case_dirs(uid)
                 request.update(cwd=paths["work"], home=paths["home"], tmp=paths["tmp"])
             for i in range(4):  # stdin (the fork reads it), stdout, stderr, result channel
                 r, w = os.pipe()
                 ours.append(w if i == 0 else r)
                 theirs.append(r if i == 0 else w)
-            pidfd = zygote.fork(request, theirs)
+            pidfd = self.fork(request, theirs)
             process = ForkedProcess(pidfd, os.fdopen(ours[0], "wb"), os.fdopen(ours[1], "rb"),
                                     os.fdopen(ours[2], "rb"),
-                                    stop_signal=signal.SIGTERM if isolation == "bubblewrap" else signal.SIGKILL)
+                                    stop_signal=signal.SIGTERM if spec.leader_outlives_case else signal.SIGKILL)
             ours = ours[3:]
             if cgroup is not None:
                 for procs in cgroup.procs_files:  # before it goes on, as a started child's launcher does
@@ -385,10 +280,102 @@ class ForkServers:
         for f in (process.stdout, process.stderr):
             assert f is not None
             os.set_blocking(f.fileno(), False)
-        child = Child(process, ours[0], isolation, seccomp, profile, uid, workdir, time.monotonic(), cgroup,
-                      max_message_bytes(sb), forked=True, origin_alive=zygote.alive)
+        child = Child(process, ours[0], spec.tier, seccomp, profile, uid, workdir, time.monotonic(), cgroup,
+                      max_message_bytes(sb), forked=True, origin_alive=self.alive, host_residue=spec.host_residue,
+                      leader_outlives_case=spec.leader_outlives_case)
         register(child)
         return child
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.control.close()
+        with contextlib.suppress(OSError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # our own child: its pid is still ours
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
+        if self.popen.stderr is not None:
+            self.popen.stderr.close()
+        with contextlib.suppress(OSError):
+            os.close(self._pidfd)
+        self._pidfd = -1  # (a closed number may be reused by another file: never select on it)
+
+
+class ForkServers:
+    """The zygotes of one sandbox, started on first use, restarted when one dies."""
+
+    def __init__(self, sb: SandboxSettings) -> None:
+        self.sb = sb
+        self._zygotes: dict[tuple[str, bool, str], ForkServer] = {}
+        self._failed: dict[tuple[str, bool, str], float] = {}
+        self._lock = threading.Lock()
+        # Zygotes are started from this one thread, which lives as long as the sandbox:
+        # bubblewrap's --die-with-parent follows the *thread* that started it, and a grading
+        # thread that happens to need the first child may end right after its grade.
+        self._keeper = ThreadPoolExecutor(1, thread_name_prefix="sandbox-forkserver")
+
+    def usable(self, plan: Plan, tier: Tier, seccomp: bool) -> bool:
+        # Only where a fork keeps every guarantee of a started child (the tier says where), and
+        # only as root: each fork runs under a dedicated uid, out of the zygote's reach.
+        if self.sb.launcher != "forkserver" or not plan.is_root:
+            return False
+        return tier.forkable(plan, seccomp)
+
+    def serving(self, plan: Plan, tier: Tier, seccomp: bool) -> bool:
+        """Usable, and no zygote of the tier failed to start lately (cases then start interpreters)."""
+        if not self.usable(plan, tier, seccomp):
+            return False
+        now = time.monotonic()
+        with self._lock:
+            return not any(key[:2] == (tier.name, seccomp) and now - when < _RETRY_AFTER_SECONDS
+                           for key, when in self._failed.items())
+
+    def _zygote(self, plan: Plan, tier: Tier, seccomp: bool, profile: str,
+                cgroups: CgroupHost | None = None) -> ForkServer | None:
+        key = (tier.name, seccomp, profile)
+        with self._lock:
+            zygote = self._zygotes.get(key)
+            if zygote is not None and zygote.alive():
+                return zygote
+            if zygote is not None:
+                log.warning("fork server for %s/%s died; starting another", tier.name, profile)
+                zygote.stop()
+                del self._zygotes[key]
+            failed = self._failed.get(key)
+            if failed is not None and time.monotonic() - failed < _RETRY_AFTER_SECONDS:
+                return None
+            try:
+                zygote = self._keeper.submit(tier.fork_server, plan, self.sb, seccomp, profile, cgroups).result()
+                self._zygotes[key] = zygote
+            except (SandboxFault, OSError, RuntimeError) as exc:
+                self._failed[key] = time.monotonic()
+                log.warning("fork server for %s/%s unavailable, starting interpreters instead: %s",
+                            tier.name, profile, exc)
+                return None
+            self._failed.pop(key, None)
+            return zygote
+
+    def spawn(self, plan: Plan, tier: Tier, seccomp: bool, profile: str, uids: UidPool | None,
+              cgroups: CgroupHost | None) -> Child | None:
+        """A child forked by the zygote, not yet ready (launch.wait_ready as for any child); None
+        when no zygote can serve this tier (the caller starts an interpreter)."""
+        if not self.usable(plan, tier, seccomp) or uids is None:
+            return None
+        for attempt in range(2):
+            zygote = self._zygote(plan, tier, seccomp, profile, cgroups)
+            if zygote is None:
+                return None
+            try:
+                return zygote.fork_child(uids, cgroups)
+            except SandboxFault:
+                if attempt == 1:
+                    raise
+                with contextlib.suppress(subprocess.TimeoutExpired):  # bubblewrap follows it out
+                    if zygote.popen is not None:
+                        zygote.popen.wait(timeout=0.5)
+                if zygote.alive():
+                    raise
+                # It died (or was killed) since it was last used: once more with a new one.
+        return None
 
     def stop(self) -> None:
         with self._lock:

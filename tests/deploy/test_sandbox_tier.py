@@ -13,7 +13,8 @@ import time
 import httpx
 import pytest
 
-from app.sandbox.tier_order import TIER_ORDER, meets_minimum, refusal
+from app.sandbox.tier_order import meets_minimum, refusal
+from app.settings import TIER_ORDER
 from app.tasks.impl import reference
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker

@@ -1,4 +1,4 @@
-"""The channel filter (app/sandbox/child_channels.py) as a program: its syscall numbers are the
+"""The channel filter (app/sandbox/child/channels.py) as a program: its syscall numbers are the
 kernel's (checked against libseccomp's tables), and in a fork of the test process it does what
 docs/sandbox.md says for each call, and nothing to the calls next to them."""
 
@@ -18,8 +18,8 @@ import pytest
 import app.sandbox
 from tests.support.forked import report_from_fork
 
-SOURCE = (Path(app.sandbox.__file__).parent / "child_channels.py").read_text()
-SECCOMP_SOURCE = (Path(app.sandbox.__file__).parent / "child_seccomp.py").read_text()
+SOURCE = (Path(app.sandbox.__file__).parent / "child/channels.py").read_text()
+SECCOMP_SOURCE = (Path(app.sandbox.__file__).parent / "child/seccomp.py").read_text()
 
 
 def _part(source: str, name: str) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def _part(source: str, name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("machine,arch", [("x86_64", b"x86_64"), ("aarch64", b"aarch64"), ("riscv64", b"riscv64")])
 def test_syscall_numbers_are_libseccomps(machine: str, arch: bytes) -> None:
-    lib = _part(SECCOMP_SOURCE, "child_seccomp.py")["load_libseccomp"]()
+    lib = _part(SECCOMP_SOURCE, "child/seccomp.py")["load_libseccomp"]()
     if lib is None:
         pytest.fail("libseccomp is not installed (Debian: libseccomp2)")
     lib.seccomp_arch_resolve_name.argtypes = [ctypes.c_char_p]
@@ -38,7 +38,7 @@ def test_syscall_numbers_are_libseccomps(machine: str, arch: bytes) -> None:
     lib.seccomp_syscall_resolve_name_arch.argtypes = [ctypes.c_uint32, ctypes.c_char_p]
     token = lib.seccomp_arch_resolve_name(arch)
     assert token
-    audit_arch, _, numbers = _part(SOURCE, "child_channels.py")["_ARCHES"][machine]
+    audit_arch, _, numbers = _part(SOURCE, "child/channels.py")["_ARCHES"][machine]
     assert audit_arch == token  # libseccomp's arch token is the AUDIT_ARCH value
     checked: list[bool] = []
     for name, nr in numbers.items():
@@ -50,7 +50,7 @@ def test_syscall_numbers_are_libseccomps(machine: str, arch: bytes) -> None:
 
 
 def _in_fork(check: Callable[[], dict[str, Any]], *, filtered: bool) -> dict[str, Any]:
-    ns = _part(SOURCE, "child_channels.py")
+    ns = _part(SOURCE, "child/channels.py")
 
     def work() -> dict[str, Any]:
         if filtered:

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from app.sandbox.gvisor_zygote import GvisorZygote
 from app.sandbox.pool import Sandbox
+from app.sandbox.tiers.gvisor_lane import GvisorZygote
 from app.sandbox.zygote import Zygote
 from tests.sandbox.attacks import code, guarded
 from tests.sandbox.isolation_support import hostile, observed

@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from app.sandbox.gvisor_zygote import GvisorZygote
 from app.sandbox.launch import SandboxFault
 from app.sandbox.plan import build_plan
 from app.sandbox.pool import get_sandbox
+from app.sandbox.tiers import get_tier
+from app.sandbox.tiers.gvisor_lane import GvisorZygote
 from app.sandbox.zygote import Zygote
 from tests.sandbox.tiers import tier_settings
 
@@ -61,9 +62,6 @@ def test_a_zygote_that_does_not_answer_in_time_is_a_sandbox_fault(fork_tier: str
     isolation, _, extra = str(fork_tier).partition("+")
     try:
         with pytest.raises(SandboxFault, match="fork server failed to start"):
-            if isolation == "gvisor":
-                GvisorZygote(plan, sb, extra == "seccomp", "bare")
-            else:
-                Zygote(plan, sb, isolation, extra == "seccomp", "bare")
+            get_tier(isolation).fork_server(plan, sb, extra == "seccomp", "bare", None)
     finally:
         plan.cleanup()

@@ -6,16 +6,15 @@ adversarial suites run under it too, through tiers.py.)"""
 from __future__ import annotations
 
 import os
-import typing
 
 import pytest
+from pydantic import ValidationError
 
-from app.sandbox.gvisor import descendants
-from app.sandbox.gvisor_zygote import GvisorZygote
 from app.sandbox.launch import SandboxFault
 from app.sandbox.pool import Sandbox, candidate_tiers
-from app.sandbox.tier_order import TIER_ORDER
-from app.settings import SandboxSettings
+from app.sandbox.tiers.gvisor_lane import GvisorZygote
+from app.sandbox.tiers.runsc import descendants
+from app.settings import TIER_ORDER, SandboxSettings
 from tests.sandbox.attacks import code, guarded
 from tests.sandbox.isolation_support import hostile, observed
 from tests.sandbox.tiers import LaunchedTier, box_for, offered_tiers, tier_settings
@@ -29,9 +28,16 @@ needs_gvisor = pytest.mark.skipif(not GVISOR, reason="runsc does not run here (n
 
 
 def test_one_tier_order_names_every_tier_the_settings_accept() -> None:
-    fields = SandboxSettings.model_fields
-    assert typing.get_args(fields["min_tier"].annotation) == TIER_ORDER
-    assert set(typing.get_args(fields["tier"].annotation)) == {"auto", *TIER_ORDER}
+    for name in TIER_ORDER:
+        assert SandboxSettings(tier=name, min_tier=name).tier == name
+    assert SandboxSettings(tier="auto").tier == "auto"
+    for wrong in ("bubblewarp", "Plain", "gvisor+seccomp", ""):
+        with pytest.raises(ValidationError):
+            SandboxSettings(tier=wrong)
+        with pytest.raises(ValidationError):
+            SandboxSettings(min_tier=wrong)
+    with pytest.raises(ValidationError):
+        SandboxSettings(min_tier="auto")  # a minimum is a tier
 
 
 def test_auto_never_starts_gvisor() -> None:
@@ -109,7 +115,7 @@ def test_warm_pool_serves_a_case_from_a_sandbox_started_before_it() -> None:
 @pytest.mark.parametrize("gvisor_tier", GVISOR)
 def test_gvisor_cases_are_never_forked_from_a_host_process(gvisor_tier: str) -> None:
     """The fork server (the default launcher) of the gvisor tier runs inside a gVisor sandbox
-    (gvisor_zygote.py): a gvisor case is a fork of a zygote behind gVisor's kernel, or a sandbox
+    (tiers/gvisor_lane.py): a gvisor case is a fork of a zygote behind gVisor's kernel, or a sandbox
     of its own, never a fork of a process on the host's kernel. (Without the filter: no fork
     server, a sandbox per case.)"""
     box = box_for(gvisor_tier)

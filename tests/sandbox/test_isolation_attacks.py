@@ -149,7 +149,7 @@ def test_every_process_of_the_sandbox_runs_under_the_filter(tier: str) -> None:
             return rows
         """)
     if tier.startswith("gvisor"):  # its own kernel: every process there is the case's, and the
-        # reporter runs under a uid of its own (see child_harness._become)
+        # reporter runs under a uid of its own (see child/harness._become)
         source = source.replace("if int(status['Uid'].split()[0]) == me:", "if True:")
     run, _ = hostile(box_for(tier), source)
     rows = observed(run)

@@ -28,10 +28,10 @@ _SCRIPT = textwrap.dedent("""
     import ctypes, json, os, sys, time
     PR_SET_CHILD_SUBREAPER = 36
     assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    import app.sandbox.gvisor as gvisor
+    import app.sandbox.tiers.runsc as runsc
     if sys.argv[1] == "no-reaping":  # what the tier did before it reaped: the check must see it
-        gvisor._reap = lambda pidfds: 0
-        gvisor.reap_orphans = lambda: 0
+        runsc._reap = lambda pidfds: 0
+        runsc.reap_orphans = lambda: 0
     from app.sandbox.pool import Sandbox
     from tests.sandbox.tiers import tier_settings
 

@@ -14,13 +14,13 @@ import pytest
 import app.sandbox
 from tests.support.forked import report_from_fork
 
-SOURCE = (Path(app.sandbox.__file__).parent / "child_seccomp.py").read_text()
+SOURCE = (Path(app.sandbox.__file__).parent / "child/seccomp.py").read_text()
 libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _harness_part() -> dict:
     namespace: dict = {}
-    exec(compile(SOURCE, "child_seccomp.py", "exec"), namespace)
+    exec(compile(SOURCE, "child/seccomp.py", "exec"), namespace)
     if namespace["load_libseccomp"]() is None:
         pytest.fail("libseccomp is not installed (Debian: libseccomp2)")
     return namespace

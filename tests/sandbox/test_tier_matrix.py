@@ -11,7 +11,7 @@ import tokenize
 
 import pytest
 
-from app.sandbox.child_seccomp import DENIED_SYSCALLS
+from app.sandbox.child.seccomp import DENIED_SYSCALLS
 from tests.sandbox import test_forkserver_attacks, test_isolation_attacks, test_sandbox_adversarial, tiers
 from tests.sandbox.attacks import ALL
 from tests.sandbox.tiers import FILTER_NEUTRAL, LaunchedTier, attack_matrix, without_filtered_twins

@@ -129,7 +129,7 @@ LAUNCHER_NEUTRAL = frozenset({"output_flood_100mb", "return_nan", "return_huge_l
                               "monkeypatch_builtins_and_harness"})
 
 
-# The seccomp filter acts only on the calls of its deny-list (app/sandbox/child_seccomp.py), and on
+# The seccomp filter acts only on the calls of its deny-list (app/sandbox/child/seccomp.py), and on
 # clone3, which it refuses so that libc makes the same process or thread with clone. An attack
 # that makes none of those calls meets exactly the same sandbox with the filter and without it:
 # on a tier without the filter whose twin with the filter (same isolation, same launcher) runs

@@ -1,4 +1,4 @@
-"""The fork server ("zygote"): part of the harness program (see child_harness.py), used instead
+"""The fork server ("zygote"): part of the harness program (see child/harness.py), used instead
 of ``main()`` when children are forked rather than started. Stdlib only.
 
 The zygote imports numpy (and JAX, without starting its backend) once, then loops: for each
@@ -8,17 +8,19 @@ service's requests; the case's processes cannot name it (another pid namespace, 
 
 The fork (the case *leader*) takes the case's pipes, starts a session of its own and waits for
 one byte on stdin: the service sends it once it has moved the leader into the case's control
-group. Then, in the bubblewrap tier, the leader unshares fresh mount, pid, IPC, network, UTS and
+group. Then, where each fork makes its own namespaces (``fork: namespaces``, the bubblewrap
+tier's), the leader unshares fresh mount, pid, IPC, network, UTS and
 cgroup namespaces and forks the case's pid 1, which mounts a private size-capped tmpfs on /tmp
 and /dev/shm and its own read-only /proc (with /proc/locks hidden); the leader only waits for it
 and exits with it (killing the leader kills pid 1 through its parent-death signal, and with it
-the namespace). In the plain
-tier the leader itself goes on, in the case's private directories. Either way the process that
+the namespace). Where forks get private host directories only (``fork: directories``, the
+plain tier's) the leader itself goes on, in them. Either way the process that
 goes on drops to the case's dedicated uid (no capabilities left), sets no_new_privs and runs the
 harness's ``main()`` exactly as a started child does: seccomp first, then the reporter and the
 runner.
 
-In the gvisor tier the zygote runs inside one long-lived gVisor sandbox (gvisor_zygote.py), where
+In a lane (``fork: lane``, the gvisor tier's) the zygote runs inside one long-lived gVisor
+sandbox (tiers/gvisor_lane.py), where
 no fd can be handed in or out: it reads its requests from a unix socket it connects to, and each
 leader connects its case's stdin, stdout, stderr, result channel and its own link to the service
 to the same socket, each tagged with the case's token. The leader stays root outside the case's
@@ -242,7 +244,7 @@ def _gvisor_leader(libc, zcfg, token, pid, uid):
 
 def _case_leader(zcfg, req, fds):
     """The fork: becomes the case (never returns)."""
-    if zcfg["isolation"] == "gvisor":
+    if zcfg["fork"] == "lane":
         fds = _connect_case(zcfg, req["token"])
         for target, fd in enumerate(fds):
             if fd != target:
@@ -276,7 +278,7 @@ def _case_leader(zcfg, req, fds):
         os._exit(0)
     uid = req.get("uid")
     libc = _libc()
-    if zcfg["isolation"] == "bubblewrap":
+    if zcfg["fork"] == "namespaces":
         _check(libc.unshare(_NEW_NAMESPACES), "unshare")
         pid = os.fork()
         if pid:
@@ -333,7 +335,7 @@ def _gvisor_zygote_loop(zcfg, control):
 
 def zygote_main():
     zcfg = json.loads(sys.argv[1])
-    if zcfg["isolation"] == "gvisor":
+    if zcfg["fork"] == "lane":
         control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         control.connect(zcfg["control_socket"])
     else:
@@ -357,7 +359,7 @@ def zygote_main():
     # What the imports made is never collected in a fork: a collection there would touch (and
     # so copy) every page of it.
     gc.freeze()
-    if zcfg["isolation"] == "gvisor":
+    if zcfg["fork"] == "lane":
         os.mkdir(zcfg["cases_dir"], 0o711)  # traversable, not listable: each case's root by path only
         _gvisor_zygote_loop(zcfg, control)
     # A pidfd of itself: the service learns the zygote's pid as the host sees it (for its

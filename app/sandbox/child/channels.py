@@ -1,5 +1,5 @@
 """The channel filter: a small seccomp program, installed in every tier (with or without the
-deny-list of child_seccomp.py), that closes the ways two concurrent cases could signal each
+deny-list of child/seccomp.py), that closes the ways two concurrent cases could signal each
 other through the files they both see. Stdlib only: part of the harness program.
 
 Every tier shows each case the same read-only host files (the interpreter, the packages, the

@@ -2,7 +2,7 @@
 process and profile, so one per lane), holding the warm zygote; each case is a fresh fork inside
 it, with its own pid, mount, IPC, network, UTS and cgroup namespaces of gVisor's kernel, its own
 size-capped /tmp and /dev/shm and /proc, its own uid (the reporter another), no_new_privs, the
-seccomp deny-list and channel filter, and rlimits (child_zygote.py). A case's system calls are
+seccomp deny-list and channel filter, and rlimits (child/zygote.py). A case's system calls are
 answered by gVisor's kernel, as in a started gvisor child; what differs is that the cases of a
 lane share that one kernel, one after the other and side by side (see docs/sandbox.md).
 
@@ -28,28 +28,11 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from app.sandbox.gvisor import (
-    SENTRY_TASKS,
-    _accept,
-    _cgroup_prefix,
-    _kill_and_wait,
-    _pidfds,
-    _rootfs,
-    descendants,
-    reap_orphans,
-)
-from app.sandbox.launch import (
-    Child,
-    SandboxFault,
-    child_env,
-    harness_cfg,
-    max_message_bytes,
-    register,
-    zygote_source,
-)
-from app.sandbox.oci import RESULT_DIR, bundle_config, read_only_binds, root_symlinks
+from app.sandbox.child import zygote_source
+from app.sandbox.launch import Child, SandboxFault, child_env, harness_cfg, max_message_bytes, register
 from app.sandbox.owners import CASE_PREFIX, owned_tempdir
 from app.sandbox.plan import SITE_IN_SANDBOX, Plan
+from app.sandbox.tiers import runsc as rs
 
 if TYPE_CHECKING:
     from app.sandbox.cgroups import CaseCgroup, CgroupHost
@@ -57,14 +40,10 @@ if TYPE_CHECKING:
     from app.settings import SandboxSettings
 
 _SOCKET = "zygote.sock"
-_ROLES = 5  # stdin, stdout, stderr, result channel, the leader's link (child_zygote._connect_case)
+_ROLES = 5  # stdin, stdout, stderr, result channel, the leader's link (child/zygote._connect_case)
 _TOKEN_BYTES = 8
 _HELLO = 2 * _TOKEN_BYTES + 3  # "<token hex>:<role>\n"
 _REPLY_TIMEOUT = 10.0
-# The fork server inside stays the sandbox kernel's root: to give each fork its own namespaces and
-# mounts (SYS_ADMIN) and root (SYS_CHROOT), its /tmp/work (CHOWN), its uids (SETUID, SETGID), and to kill a case's
-# processes whose uid is not its own (KILL). Every fork gives them all up when it changes uid.
-ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL")
 
 
 class CaseLink:
@@ -133,7 +112,6 @@ class CaseLink:
 class GvisorZygote:
     """One fork server inside a gVisor sandbox of its own (see the module's docstring)."""
 
-    isolation = "gvisor"
     pid: int  # runsc's (the host process that holds the lane), set as it starts
 
     def __init__(self, plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
@@ -142,6 +120,7 @@ class GvisorZygote:
         if runsc is None:
             raise SandboxFault("runsc (gVisor) is not installed")
         self.plan, self.sb, self.seccomp, self.profile = plan, sb, seccomp, profile
+        self.policy = rs.policy(plan, sb, seccomp, fork_server=True)
         self._lock = threading.Lock()  # one fork at a time: its connections are accepted in turn
         self._stopped = False
         self.lanedir = owned_tempdir(CASE_PREFIX, 0o700)
@@ -170,7 +149,7 @@ class GvisorZygote:
         cases = sb.warm_pool_size + sb.max_concurrent_cases
         cgroup = cgroups.create()
         cgroup.set_memory_limit(sb.warm_memory_bytes + cases * sb.case_memory_bytes)
-        cgroup.set_task_limit(SENTRY_TASKS + cases * (sb.warm_max_tasks + sb.max_processes))
+        cgroup.set_task_limit(self.policy.host_tasks + cases * (sb.warm_max_tasks + sb.max_processes))
         return cgroup
 
     def _start(self, runsc: str) -> None:
@@ -181,27 +160,28 @@ class GvisorZygote:
         self.listener.bind(path)
         os.chmod(path, 0o600)  # the zygote and its leaders connect as the sandbox's root
         self.listener.listen(2 * _ROLES)
+        views = self.policy.mounts
         zcfg = {
-            "isolation": "gvisor",
+            "fork": "lane",
             "preload": self.profile,
             "seccomp": self.seccomp,
             "tmpfs_bytes": sb.tmpfs_bytes,
             "shm_bytes": sb.shm_bytes,
             "sys_path": [SITE_IN_SANDBOX],
-            "control_socket": f"{RESULT_DIR}/{_SOCKET}",
+            "control_socket": f"{rs.RESULT_DIR}/{_SOCKET}",
             "cases_dir": "/tmp/cases",  # on the sandbox's own /tmp, which no case sees
             # what each case's root binds in, and the merged-/usr links it recreates
-            "binds": [b.target for b in read_only_binds(plan)],
-            "symlinks": root_symlinks(),
+            "binds": [m.target for m in views if m.kind == "bind"],
+            "symlinks": [(m.target, m.source) for m in views if m.kind == "symlink"],
         }
         bundle = os.path.join(self.lanedir, "bundle")
         os.mkdir(bundle, 0o700)
         args = [plan.python, "-I", "-S", "-B", "-c", zygote_source(), json.dumps(zcfg)]
-        config = bundle_config(plan, sb, rootfs=_rootfs(plan), result_dir=channel, args=args,
-                               env=child_env(sb, "/tmp/home", "/tmp"), cwd="/", caps=ZYGOTE_CAPS)
+        config = rs.gvisor_spec(self.policy, rootfs=rs.rootfs(plan), result_dir=channel, args=args,
+                                env=child_env(sb, "/tmp/home", "/tmp"))
         with open(os.path.join(bundle, "config.json"), "w") as out:
             json.dump(config, out)
-        argv = [*_cgroup_prefix(plan, self.cgroup), runsc, "--root", os.path.join(self.lanedir, "state"),
+        argv = [*rs.cgroup_prefix(plan, self.cgroup), runsc, "--root", os.path.join(self.lanedir, "state"),
                 f"--platform={sb.gvisor_platform}",
                 "--network=none", "--host-uds=open", "--ignore-cgroups",
                 "run", "--bundle", bundle, os.path.basename(self.lanedir)]
@@ -210,12 +190,12 @@ class GvisorZygote:
                                       start_new_session=True)
         self.pid = self.popen.pid
         try:
-            self.control = _accept(self.listener, self.popen, sb.start_timeout_seconds)
+            self.control = rs.accept(self.listener, self.popen, sb.start_timeout_seconds)
         except SandboxFault as exc:
             raise SandboxFault(f"fork server failed to start: {exc}") from exc
         # gVisor's host processes (gofer, sandbox) in sessions of their own: found while runsc
         # still parents them and held by pidfd, so that stop() ends them even once runsc is dead.
-        self._held = _pidfds(descendants(self.popen.pid))
+        self._held = rs.pidfds(rs.descendants(self.popen.pid))
         reply = self._reply(sb.start_timeout_seconds)
         if reply.get("kind") != "ready":
             raise SandboxFault(f"fork server failed to start: {reply.get('error') or 'no message'}")
@@ -274,15 +254,16 @@ class GvisorZygote:
             raise
         return conns
 
-    def fork_child(self, uids: UidPool) -> Child:
-        """A new case leader, its channels connected; not yet ready (launch.wait_ready)."""
+    def fork_child(self, uids: UidPool, cgroups: CgroupHost | None = None) -> Child:
+        """A new case leader, its channels connected; not yet ready (launch.wait_ready). It has
+        no host process to put in a group of its own (cgroups unused): the lane's group holds it."""
         sb = self.sb
         uid = uids.take()
         token = secrets.token_hex(_TOKEN_BYTES)
         cfg = {**harness_cfg(sb, self.profile, self.seccomp, uid, -1), "sys_path": [], "warm_jit": False,
                # the leader ends every process of the case; gVisor refuses a new task once a uid
                # holds more than RLIMIT_NPROC (Linux: as many as), hence one lower
-               "reap_all": False, "nproc_margin": -1}
+               "reap_all": False, "nproc_margin": self.policy.nproc_margin}
         request = {"token": token, "uid": uid, "cfg": cfg}
         try:
             with self._lock:
@@ -319,9 +300,9 @@ class GvisorZygote:
                 process.wait(10)
             return {"case_namespace_emptied": process.clean}
 
-        child = Child(process, conns[3].detach(), "gvisor", self.seccomp, self.profile, uid, None,
+        child = Child(process, conns[3].detach(), rs.NAME, self.seccomp, self.profile, uid, None,
                       time.monotonic(), None, max_message_bytes(sb), teardown=teardown, forked=True,
-                      origin_alive=self.alive)
+                      origin_alive=self.alive, leader_outlives_case=True)
         register(child)
         return child
 
@@ -334,13 +315,13 @@ class GvisorZygote:
                     sock.close()
         popen, held, self._held = self.popen, self._held, []
         if popen is not None:
-            hosts = held + _pidfds(descendants(popen.pid))
-            _kill_and_wait([*hosts, *_pidfds([popen.pid])], reap=hosts)
+            hosts = held + rs.pidfds(rs.descendants(popen.pid))
+            rs.kill_and_wait([*hosts, *rs.pidfds([popen.pid])], reap=hosts)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=10)
             if popen.stderr is not None:
                 popen.stderr.close()
-            reap_orphans()
+            rs.reap_orphans()
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None

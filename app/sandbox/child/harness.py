@@ -1,4 +1,4 @@
-"""The program every sandbox child runs: child_seccomp.py, child_values.py, child_runner.py and
+"""The program every sandbox child runs: child/seccomp.py, child/values.py, child/runner.py and
 this file (the reporter and ``main``), concatenated and sent as ``python -I -S -c`` source, so
 none of the service's own files has to be visible in the sandbox. Stdlib only.
 
@@ -17,7 +17,7 @@ Two processes, so that the candidate never holds the result channel:
 
 The candidate shares the runner's process, so it can write anything to that pipe; what it can
 write there is exactly what it could return, and the reporter accepts one result after
-``armed`` and nothing else, checks it as plain data within the caps (child_values.py) and passes
+``armed`` and nothing else, checks it as plain data within the caps (child/values.py) and passes
 it on as compact ASCII JSON of bounded size. The parent alone holds the expected values, checks
 the data again and compares.
 
@@ -36,7 +36,7 @@ import sys
 
 class _Frames:
     """Accepts ``ready``, ``armed`` and then exactly one result, in that order. The result is
-    checked as plain data (child_values.plain_problem) and re-encoded compactly: what reaches the
+    checked as plain data (child/values.plain_problem) and re-encoded compactly: what reaches the
     parent is canonical ASCII JSON of at most ``max_bytes`` bytes, whatever the runner wrote."""
 
     ORDER = ("ready", "armed", "result")

@@ -1,12 +1,12 @@
 """Seccomp deny-list for every process of a sandbox, built with libseccomp through ctypes.
 
 Stdlib only: this file is concatenated into the harness that runs inside the sandbox. The harness
-installs it first thing (after the channel filter of child_channels.py), before it forks the
+installs it first thing (after the channel filter of child/channels.py), before it forks the
 reporter and the runner (``arm_seccomp_first``), so no process of the sandbox (the bubblewrap
 tier's pid 1 included) ever runs without it; the runner checks with the kernel that it is in
 force immediately before candidate code runs. Nothing the
 warm-up of numpy or JAX needs is on the list."""
-# ruff: noqa: F821 - install_channel_filter() comes from child_channels.py, an earlier part of the program
+# ruff: noqa: F821 - install_channel_filter() comes from child/channels.py, an earlier part of the program
 
 import ctypes
 import ctypes.util
@@ -188,7 +188,7 @@ def arm_seccomp_first():
 
     try:
         # Every tier, with the deny-list or without it: no channel between concurrent cases
-        # (child_channels.py).
+        # (child/channels.py).
         install_channel_filter()
         if not json.loads(sys.argv[1]).get("seccomp"):
             return

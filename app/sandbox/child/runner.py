@@ -1,6 +1,6 @@
-"""The runner half of the sandbox child (part of the harness program; see child_harness.py):
+"""The runner half of the sandbox child (part of the harness program; see child/harness.py):
 warm up, take one case from stdin, apply limits, seccomp and guards, run the candidate, and frame
-its value to the reporter. Uses child_values.py and child_seccomp.py, which precede it in the
+its value to the reporter. Uses child/values.py and child/seccomp.py, which precede it in the
 program."""
 # ruff: noqa: F821
 
@@ -204,7 +204,7 @@ def runner(cfg, out, ack):
         filtered = bool(cfg["seccomp"]) and seccomp_in_force()
         if cfg["seccomp"] and not filtered:
             raise OSError("the seccomp filter is not in force")
-        if not channels_closed():  # every tier: no channel to a concurrent case (child_channels.py)
+        if not channels_closed():  # every tier: no channel to a concurrent case (child/channels.py)
             raise OSError("the channel filter is not in force")
         cpu_at_arm = _cpu_seconds()
         if cfg["python_guards"]:

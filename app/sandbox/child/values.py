@@ -1,4 +1,4 @@
-"""Plain data across the sandbox boundary (part of the harness program; see child_harness.py).
+"""Plain data across the sandbox boundary (part of the harness program; see child/harness.py).
 
 Three users, one vocabulary of tagged JSON:
 
