@@ -13,6 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from app.graders.impl_cases import case_seed, draw_cases
+from app.grading.models import completion_text
 from app.jobs.case_secret import KEY, deployment_secret, forget_known_secret, with_deployment_secret
 from app.settings import ImplSettings, Settings, get_settings
 from app.tasks.impl.exercises import BY_NAME
@@ -47,7 +48,7 @@ def _fraction_passed(secret: str) -> float:
     exec(HALF_RIGHT_SOURCE, namespace)  # the test's own code
     settings = Settings(impl=ImplSettings(case_secret=SecretStr(secret)))
     exercise = BY_NAME[EXERCISE]
-    cases = draw_cases(exercise, case_seed(settings, exercise.task_id, HALF_RIGHT), settings)
+    cases = draw_cases(exercise, case_seed(settings, exercise.task_id, completion_text(HALF_RIGHT)), settings)  # the text graded
     return sum(namespace["critical_batch_size"](*c.args) == c.expected for c in cases) / len(cases)
 
 
