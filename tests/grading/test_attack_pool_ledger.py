@@ -1,0 +1,124 @@
+"""Attacks on the grading processes and the grade ledger together, through a real server in
+embedded mode: a mix of every way a grade is made (small items on the loop, large ones and batch
+chunks in the grading processes, idempotent items retried with their request id, a held-out
+split, over-long completions, refused items, OpenRLHF's /get_reward with labels, a body over
+64 KiB parsed in a grading process) must be counted exactly once: /metrics and the status page
+agree with each other and with what the clients were answered."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from app.tasks.registry import get_bank
+from app.tasks.synthetic.bank import SyntheticBank
+from app.tenants import new_key
+from tests.support.book_mirror import mirror_path
+from tests.support.server import running_server
+
+pytestmark = pytest.mark.slow  # a real server
+
+GRADES = re.compile(
+    r'^scaling_grader_grades_total\{grading="([^"]+)",outcome="([^"]+)",split="([^"]+)"\} (\S+)$', re.MULTILINE
+)
+BANK = SyntheticBank()
+PAD = "Working it out step by step. " * 400  # past the size graded on the loop: a grading process grades it
+
+
+def _tenants(tmp: Path) -> tuple[Path, dict[str, str]]:
+    keys, lines = {}, []
+    for name in ("ops", "alpha", "beta"):
+        keys[name], digest = new_key()
+        lines.append(
+            f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{digest}"\nrate_per_second = 10000\nburst = 10000\n'
+            f"operator = {'true' if name == 'ops' else 'false'}\n"
+        )
+    path = tmp / "tenants.toml"
+    path.write_text("\n".join(lines))
+    return path, keys
+
+
+def _right(task_id: str) -> str:
+    return "Final answer: " + ", ".join(BANK.get(task_id).gold)
+
+
+def _counted(results: list[dict]) -> Counter:
+    """The grades the client was answered: every result but a refused item (nothing was graded)."""
+    return Counter(
+        (r["split"] or "inline", r["grading"], r["outcome"]) for r in results if r["outcome"] != "invalid_request"
+    )
+
+
+def test_every_route_and_every_path_through_the_pool_counts_each_grade_once(tmp_path: Path) -> None:
+    tenants, keys = _tenants(tmp_path)
+    exam = get_bank("exam", Settings(book_mirror=mirror_path()))
+    held_out = next(t for t in exam.batch(seed=0, n=exam.size() or 0) if t.grading == "numeric")
+    env = {"SCALING_GRADER_TENANTS_FILE": str(tenants), "SCALING_GRADER_BOOK_MIRROR": str(mirror_path())}
+    made: dict[str, Counter] = {"alpha": Counter(), "beta": Counter()}
+    rewards = Counter()  # /get_reward answers rewards only: how many grades it made, per tenant
+    with running_server(env) as url, httpx.Client(base_url=url, timeout=120) as client:
+
+        def post(who: str, path: str, body: object) -> httpx.Response:
+            r = client.post(path, json=body, headers={"Authorization": f"Bearer {keys[who]}"})
+            assert r.status_code == 200, r.text
+            return r
+
+        for who, seed in (("alpha", 51), ("beta", 53)):
+            tasks = [f"synthetic/{seed}/{i}" for i in range(6)]
+            rid = uuid.uuid4().hex
+            items = [
+                {"task_id": tasks[0], "completion": _right(tasks[0])},  # on the loop
+                {"task_id": tasks[1], "completion": PAD + _right(tasks[1])},  # in a grading process
+                {"task_id": tasks[2], "completion": PAD + "Final answer: 12345 furlongs"},
+                {"task_id": tasks[3], "completion": "x" * 300_000},  # too_long
+                {"task_id": "synthetic/nope", "completion": "Final answer: 1"},  # refused item
+                {"reference": {"values": ["3 s"]}, "completion": PAD + "Final answer: 3 s"},
+                {"task_id": held_out.id, "completion": PAD + "Final answer: 1 GB"},  # held out
+                {"task_id": tasks[4], "completion": _right(tasks[4]), "request_id": rid},  # idempotent
+            ]
+            batch = {"items": items}
+            assert len(json.dumps(batch)) > 64 * 1024  # parsed in a grading process too
+            for _ in range(2):  # the retry of the same batch: only its idempotent item is answered from its job
+                results = post(who, "/v1/grade/batch", batch).json()["results"]
+                made[who] += _counted(results)
+            made[who][BANK.get(tasks[4]).split or "inline", "numeric", "correct"] -= 1  # the retry's: not a grade
+            for body in [*items[:2], items[-1]]:  # single grades, the idempotent one a third time
+                made[who] += _counted([post(who, "/v1/grade", body).json()])
+            made[who][BANK.get(tasks[4]).split or "inline", "numeric", "correct"] -= 1
+            queries = [PAD + _right(tasks[5]), "Final answer: 7", "y" * 300_000]
+            got = post(who, "/get_reward", {"query": queries, "labels": [tasks[5], "7", tasks[5]]}).json()
+            assert got["rewards"] == [1.0, 1.0, 0.0]
+            rewards[who] += len(queries)
+
+        ops = {"Authorization": f"Bearer {keys['ops']}"}
+        text = client.get("/metrics", headers=ops).text
+        metrics = Counter(
+            {(split, grading, outcome): int(float(n)) for grading, outcome, split, n in GRADES.findall(text)}
+        )
+
+        def by_split_outcome(status: dict) -> Counter:
+            return Counter({(s, o): n for s, row in status["grades"]["by_split"].items() for o, n in row.items()})
+
+        def collapsed(counts: Counter) -> Counter:
+            found: Counter = Counter()
+            for (split, _, outcome), n in counts.items():
+                found[split, outcome] += n
+            return +found
+
+        operator = client.get("/v1/status", headers=ops).json()
+        # /metrics and the status page: the same ledger, the same figures
+        assert collapsed(metrics) == by_split_outcome(operator)
+        # every grade the clients were answered, once (the rewards route: its number of grades)
+        expected = sum(made.values(), Counter())
+        assert sum(metrics.values()) == sum(expected.values()) + sum(rewards.values())
+        assert not +(expected - metrics), expected - metrics  # nothing answered is missing
+        for who in ("alpha", "beta"):
+            own = client.get("/v1/status", headers={"Authorization": f"Bearer {keys[who]}"}).json()
+            assert sum(by_split_outcome(own).values()) == sum(made[who].values()) + rewards[who], who
