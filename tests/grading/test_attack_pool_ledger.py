@@ -7,8 +7,14 @@ agree with each other and with what the clients were answered."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -16,12 +22,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.jobs import grade_log
 from app.settings import Settings
 from app.tasks.registry import get_bank
 from app.tasks.synthetic.bank import SyntheticBank
 from app.tenants import new_key
 from tests.support.book_mirror import mirror_path
-from tests.support.server import running_server
+from tests.support.redis_server import RedisServer
+from tests.support.server import ROOT, free_port, running_server, stop_process, wait_until_up
 
 pytestmark = pytest.mark.slow  # a real server
 
@@ -122,3 +130,80 @@ def test_every_route_and_every_path_through_the_pool_counts_each_grade_once(tmp_
         for who in ("alpha", "beta"):
             own = client.get("/v1/status", headers={"Authorization": f"Bearer {keys[who]}"}).json()
             assert sum(by_split_outcome(own).values()) == sum(made[who].values()) + rewards[who], who
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()  # [state, ppid, ...]
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, set[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            parents.setdefault(int(stat[1]), set()).add(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), set()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def test_a_killed_multi_process_server_leaves_no_api_or_grading_process_serving(tmp_path: Path) -> None:
+    """SIGKILL to ``serve --workers 2`` (its supervisor: what an OOM killer or ``kill -9`` of the
+    command hits): its API processes must not go on serving the port, orphaned, with their
+    grading processes, and they write their last grade counts on the way out."""
+    redis_server = RedisServer().start()
+    port = free_port()
+    env = {**os.environ, "SCALING_GRADER_REDIS_URL": redis_server.url}
+    with (tmp_path / "server.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    everything: set[int] = set()
+    try:
+        wait_until_up(url, process)
+        body = {"reference": {"values": ["3"]}, "completion": PAD + "Final answer: 3"}  # a grading process's
+        for _ in range(6):  # new connections: both API processes take some
+            assert httpx.post(url + "/v1/grade", json=body, timeout=120).json()["reward"] == 1.0
+        everything = _descendants(process.pid)
+        assert len(everything) >= 4, everything  # two API processes, their fork servers and children
+        process.kill()
+        process.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and {p for p in everything if _stat(p) is not None}:
+            time.sleep(0.2)
+        left = {p for p in everything if _stat(p) is not None}
+        assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in left if _stat(p)]
+        with pytest.raises(httpx.TransportError):
+            httpx.get(url + "/healthz", timeout=2)
+        # what the API processes graded is in the ledger: they stopped, not vanished
+        assert sum(grade_log.totals(redis_server.client()).values()) == 6
+    finally:
+        for pid in everything:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        stop_process(process)
+        redis_server.close()
