@@ -29,7 +29,7 @@ from app.tasks.synthetic.bank import SyntheticBank
 from app.tenants import new_key
 from tests.support.book_mirror import mirror_path
 from tests.support.redis_server import RedisServer
-from tests.support.server import ROOT, free_port, running_server, stop_process, wait_until_up
+from tests.support.server import ROOT, free_port, logged_server, running_server, stop_process, wait_until_up
 
 pytestmark = pytest.mark.slow  # a real server
 
@@ -207,3 +207,21 @@ def test_a_killed_multi_process_server_leaves_no_api_or_grading_process_serving(
                 os.kill(pid, signal.SIGKILL)
         stop_process(process)
         redis_server.close()
+
+
+def test_a_grading_process_that_died_idle_costs_no_later_item_a_fault(tmp_path: Path) -> None:
+    """A grading process killed while idle (the OOM killer takes them first, busy or not) had
+    nothing of anyone's: the next item, maybe another tenant's, is graded, not made a fault."""
+    body = {"reference": {"values": ["3"]}, "completion": PAD + "Final answer: 3"}
+    with logged_server({}, tmp_path / "server.log") as (url, process):
+        assert httpx.post(url + "/v1/grade", json=body, timeout=120).json()["outcome"] == "correct"
+        servers = {p for p in _descendants(process.pid) if (s := _stat(p)) and int(s[1]) == process.pid}
+        children = {p for p in _descendants(process.pid) if (s := _stat(p)) and int(s[1]) in servers}
+        assert len(children) == 2, (servers, children)  # the pool, idle
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any((s := _stat(p)) and s[0] != "Z" for p in children):
+            time.sleep(0.1)
+        outcomes = [httpx.post(url + "/v1/grade", json=body, timeout=120).json()["outcome"] for _ in range(4)]
+        assert outcomes == ["correct"] * 4
