@@ -225,3 +225,41 @@ def test_a_grading_process_that_died_idle_costs_no_later_item_a_fault(tmp_path: 
             time.sleep(0.1)
         outcomes = [httpx.post(url + "/v1/grade", json=body, timeout=120).json()["outcome"] for _ in range(4)]
         assert outcomes == ["correct"] * 4
+
+
+# Bodies a JSON parser may read more than one way: parsed on the loop when small, in a grading
+# process (bounded, then validated a piece at a time) when over 64 KiB. The same item must be
+# answered alike either way.
+ODD_ITEMS = {
+    "duplicate key": b'{"reference": {"values": ["3"]}, "completion": "Final answer: 4", '
+    b'"completion": "Final answer: 3"}',
+    "duplicate reference": b'{"reference": {"values": ["4"]}, "reference": {"values": ["3"]}, '
+    b'"completion": "Final answer: 3"}',
+    "lone surrogate": b'{"reference": {"values": ["3"]}, "completion": "Final answer: 3 \\ud800"}',
+    "huge float": b'{"reference": {"values": ["3"]}, "completion": "Final answer: 3", "tolerance": 1e400}',
+    "NaN": b'{"reference": {"values": ["3"]}, "completion": "Final answer: 3", "tolerance": NaN}',
+    "huge int": b'{"reference": {"values": [' + b"9" * 5000 + b']}, "completion": "Final answer: 3"}',
+    "escaped key": b'{"reference": {"values": ["3"]}, "compl\\u0065tion": "Final answer: 3"}',
+    "NUL": b'{"reference": {"values": ["3"]}, "completion": "Final answer: 3\\u0000"}',
+    "string bool": b'{"reference": {"values": ["3"]}, "completion": "Final answer: 3", "partial_credit": "true"}',
+    "invalid UTF-8": b'{"reference": {"values": ["3"]}, "completion": "Final answer: 3 \xff"}',
+}
+
+
+def test_an_odd_item_is_answered_alike_in_a_small_and_a_large_body() -> None:
+    filler = json.dumps({"reference": {"values": ["3"]}, "completion": "Final answer: 3 " + "p" * 70_000}).encode()
+    with running_server({}) as url, httpx.Client(base_url=url, timeout=120) as client:
+
+        def answer(body: bytes) -> tuple[int, object]:
+            r = client.post("/v1/grade/batch", content=body, headers={"content-type": "application/json"})
+            first = r.json()["results"][0] if r.status_code == 200 else r.json()["error"]
+            return r.status_code, (first["outcome"], first["reward"]) if isinstance(first, dict) else first
+
+        answers = {}
+        for name, item in ODD_ITEMS.items():
+            small = answer(b'{"items": [' + item + b"]}")
+            large = answer(b'{"items": [' + item + b", " + filler + b"]}")
+            assert small == large, name
+            answers[name] = small
+    assert answers["duplicate key"] == (200, ("correct", 1.0))  # the last one, as the loop's parser reads it
+    assert {code for code, _ in answers.values()} >= {200, 400, 422}  # the table reaches every answer
