@@ -30,6 +30,7 @@ from app.tenants import new_key
 from tests.support.book_mirror import mirror_path
 from tests.support.redis_server import RedisServer
 from tests.support.server import ROOT, free_port, logged_server, running_server, stop_process, wait_until_up
+from tests.support.tcp_proxy import PausableProxy
 
 pytestmark = pytest.mark.slow  # a real server
 
@@ -263,3 +264,45 @@ def test_an_odd_item_is_answered_alike_in_a_small_and_a_large_body() -> None:
             answers[name] = small
     assert answers["duplicate key"] == (200, ("correct", 1.0))  # the last one, as the loop's parser reads it
     assert {code for code, _ in answers.values()} >= {200, 400, 422}  # the table reaches every answer
+
+
+def test_a_ledger_write_whose_answer_is_lost_in_a_partition_is_counted_once() -> None:
+    """The API's Redis is partitioned away (packets dropped, nothing closed) while it holds inline
+    grades: its write goes out, times out unanswered, and reaches Redis when the partition heals,
+    just before the write is retried. Each grade is in the ledger once, the large ones graded in
+    a grading process included."""
+    redis_server = RedisServer().start()
+    proxy = PausableProxy(int(redis_server.url.rsplit(":", 1)[1].split("/")[0]))
+    direct = redis_server.client()
+    try:
+        with running_server({"SCALING_GRADER_REDIS_URL": proxy.url}) as url, httpx.Client(base_url=url) as client:
+            made = 0
+
+            def grade(n: int) -> int:
+                for i in range(n):
+                    completion = (PAD if i % 2 else "") + f"Final answer: {3 + i % 2}"
+                    body = {"reference": {"values": ["3"]}, "completion": completion}
+                    assert client.post("/v1/grade", json=body, timeout=120).status_code == 200
+                return n
+
+            def written() -> int:
+                return sum(grade_log.totals(direct).values())
+
+            made += grade(4)
+            deadline = time.monotonic() + 30
+            while written() != made and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert written() == made
+            proxy.pause()
+            made += grade(6)  # inline grading needs no Redis: it goes on
+            time.sleep(12)  # the ledger's write went out and timed out unanswered
+            assert written() == 4  # nothing of it reached Redis meanwhile
+            proxy.resume()
+            deadline = time.monotonic() + 40
+            while written() != made and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(3)  # a retry that would count twice has had its chance
+            assert written() == made
+    finally:
+        proxy.close()
+        redis_server.close()
