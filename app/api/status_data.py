@@ -120,5 +120,6 @@ async def collect_status(request: Request) -> dict[str, Any]:
         "redis_error": side["error"] if operator else None,
         "grades": _grades(side["window"], now),
         "faults": side["faults"][:KEEP_FAULTS],
-        "refused": side.get("refused") or refusals.recent(None, now),
+        # the deployment's 429s, every tenant's: the operator's (a tenant sees its own activity only)
+        "refused": (side.get("refused") or refusals.recent(None, now)) if operator else None,
     }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import ipaddress
 import os
 import signal
@@ -10,8 +12,10 @@ import sys
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from app.api.http_limits import BoundedHttpTools
+from app.main import create_app
 from app.metrics_scrape import remove_shared_directory, share_between_processes
 from app.sandbox.pool import shutdown_all
 from app.sandbox.stop import plain_tier_error, remove_stale_leftovers
@@ -61,10 +65,13 @@ def run(args: argparse.Namespace) -> int:
         if refusal:
             print(f"refusing to start: {refusal}", file=sys.stderr)
             return 2
+    factory = "app.main:create_app"
     if args.workers > 1:
         share_between_processes()  # /metrics adds up the processes' figures
+        os.environ[SUPERVISOR_ENV] = str(os.getpid())
+        factory = "app.commands.serve:supervised_app"
     install_stop_cleanup()
-    uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
+    uvicorn.run(factory, factory=True, host=settings.host, port=settings.port,
                 workers=args.workers, log_level=args.log_level, access_log=False,
                 http=BoundedHttpTools,  # a request's head bounded in size and time (app/api/http_limits.py)
                 # With several processes uvicorn's supervisor restarts one that has not answered its
@@ -72,6 +79,25 @@ def run(args: argparse.Namespace) -> int:
                 # host, killed every process mid-start over and over, and the API never came up.
                 timeout_worker_healthcheck=60)
     return 0
+
+
+# The supervisor's pid, for the API processes it starts (they are spawned: the environment is
+# what reaches them).
+SUPERVISOR_ENV = "_SCALING_GRADER_SERVE_SUPERVISOR_PID"  # no setting: not SCALING_GRADER_-prefixed
+_PR_SET_PDEATHSIG = 1
+
+
+def supervised_app() -> FastAPI:
+    """The app of one of uvicorn's worker processes, which ends when its supervisor (the serve
+    command) dies, however it dies: uvicorn's workers would otherwise go on serving the port,
+    orphaned, with their grading processes. SIGTERM, so that it stops as on a stop of the command:
+    its grading processes reaped and its last grade counts written."""
+    supervisor = os.environ.get(SUPERVISOR_ENV)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if supervisor and os.getppid() != int(supervisor):  # it died before the signal was set
+        os._exit(1)
+    return create_app()
 
 
 def install_stop_cleanup() -> None:

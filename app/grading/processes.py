@@ -188,6 +188,10 @@ class GradingProcesses:
         if self._closed:
             raise GradingProcessDied("the grading processes are stopped")
         child = self._idle.get()
+        if child.process.exitcode is not None:
+            # it died idle (the OOM killer takes these first, busy or not): nothing of this call
+            # was sent, so the call goes to its replacement rather than failing as a fault
+            child = self._replace(child)
         try:
             child.conn.send((fn, args))
             ok, value = child.conn.recv()
