@@ -42,6 +42,9 @@ async def _health_answers_during(client: httpx.AsyncClient, parse: Callable[[], 
     while not parsing.done():
         assert (await client.get("/healthz")).status_code == 200
         answered += not parsing.done()
+        # /healthz is async and in-process here: without a pause of its own this loop would never
+        # give the event loop a turn to see the parse end
+        await asyncio.sleep(0.001)
     with pytest.raises(Exception):  # noqa: B017 - the last item is invalid either way
         parsing.result()
     return answered
