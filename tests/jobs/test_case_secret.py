@@ -48,7 +48,8 @@ def _fraction_passed(secret: str) -> float:
     exec(HALF_RIGHT_SOURCE, namespace)  # the test's own code
     settings = Settings(impl=ImplSettings(case_secret=SecretStr(secret)))
     exercise = BY_NAME[EXERCISE]
-    cases = draw_cases(exercise, case_seed(settings, exercise.task_id, completion_text(HALF_RIGHT)), settings)  # the text graded
+    seed = case_seed(settings, exercise.task_id, completion_text(HALF_RIGHT))  # of the text graded
+    cases = draw_cases(exercise, seed, settings)
     return sum(namespace["critical_batch_size"](*c.args) == c.expected for c in cases) / len(cases)
 
 
