@@ -28,6 +28,8 @@ from app.tasks.registry import get_bank
 from app.tasks.synthetic.bank import SyntheticBank
 from app.tenants import new_key
 from tests.support.book_mirror import mirror_path
+from tests.support.proc_tree import descendants as _descendants
+from tests.support.proc_tree import stat as _stat
 from tests.support.redis_server import RedisServer
 from tests.support.server import ROOT, free_port, logged_server, running_server, stop_process, wait_until_up
 from tests.support.tcp_proxy import PausableProxy
@@ -131,27 +133,6 @@ def test_every_route_and_every_path_through_the_pool_counts_each_grade_once(tmp_
         for who in ("alpha", "beta"):
             own = client.get("/v1/status", headers={"Authorization": f"Bearer {keys[who]}"}).json()
             assert sum(by_split_outcome(own).values()) == sum(made[who].values()) + rewards[who], who
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()  # [state, ppid, ...]
-
-
-def _descendants(pid: int) -> set[int]:
-    parents: dict[int, set[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
-            parents.setdefault(int(stat[1]), set()).add(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in parents.get(todo.pop(), set()):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def test_a_killed_multi_process_server_leaves_no_api_or_grading_process_serving(tmp_path: Path) -> None:

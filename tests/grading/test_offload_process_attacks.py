@@ -29,31 +29,12 @@ from app.grading.processes import ADDRESS_SPACE_BYTES, NICENESS, GradingProcessD
 from app.settings import Settings
 from tests.support import grading_probe_extension as probe
 from tests.support.oracle import right, synthetic_tasks
+from tests.support.proc_tree import descendants as _descendants
+from tests.support.proc_tree import stat as _stat
 from tests.support.server import logged_server, stop_process
 
 ENV = {"SCALING_GRADER_EXTENSIONS": probe.__name__}
 pytestmark = pytest.mark.slow
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()  # [state, ppid, ...]
-
-
-def _descendants(pid: int) -> set[int]:
-    parents: dict[int, set[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
-            parents.setdefault(int(stat[1]), set()).add(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in parents.get(todo.pop(), set()):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def _zombies(pids: set[int]) -> set[int]:

@@ -18,6 +18,8 @@ import httpx
 import pytest
 
 from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, collect, completion
+from tests.support.proc_tree import descendants as _descendants
+from tests.support.proc_tree import stat as _stat
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
 from tests.support.workers import start_worker, stop_worker
@@ -41,37 +43,10 @@ HANGS = completion(
 
 # --- the process tree, read from /proc -------------------------------------------------------
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of a process, or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()
-    return fields[0], int(fields[1])
-
 
 def _parent(pid: int) -> int | None:
     stat = _stat(pid)
     return None if stat is None else stat[1]
-
-
-def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat is not None:
-                children.setdefault(stat[1], []).append(int(entry))
-    found: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def _alive(pids: set[int]) -> set[int]:
