@@ -125,15 +125,19 @@ def echo_judge() -> Iterator[EchoJudge]:
         judge.stop()
 
 
+def _echo_judge_env(judge: EchoJudge) -> dict[str, str]:
+    """A service whose default (and only allowed) judge is the echoing one."""
+    return {
+        "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([judge.base_url]),
+        "SCALING_GRADER_JUDGE__DEFAULT_BASE_URL": judge.base_url,
+        "SCALING_GRADER_JUDGE__DEFAULT_MODEL": "echo-line",
+    }
+
+
 @pytest.fixture(scope="module")
 def served(echo_judge: EchoJudge) -> Iterator[httpx.Client]:
-    env = {
-        "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([echo_judge.base_url]),
-        "SCALING_GRADER_JUDGE__DEFAULT_BASE_URL": echo_judge.base_url,
-        "SCALING_GRADER_JUDGE__DEFAULT_MODEL": "echo-line",
-        # the exam's budget is not what these tests probe: 40 grades per model and item
-        "SCALING_GRADER_HELD_OUT__GRADES_PER_ITEM": "1000",
-    }
+    # the exam's budget is not what these tests probe: 40 grades per model and item
+    env = {**_echo_judge_env(echo_judge), "SCALING_GRADER_HELD_OUT__GRADES_PER_ITEM": "1000"}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=120) as client:
         yield client
 
@@ -337,12 +341,7 @@ def test_every_route_spends_one_held_out_budget(budgeted: httpx.Client) -> None:
 
 @pytest.fixture(scope="module")
 def served_logprobs(echo_judge: EchoJudge) -> Iterator[httpx.Client]:
-    env = {
-        "SCALING_GRADER_JUDGE__ALLOWED_BASE_URLS": json.dumps([echo_judge.base_url]),
-        "SCALING_GRADER_JUDGE__DEFAULT_BASE_URL": echo_judge.base_url,
-        "SCALING_GRADER_JUDGE__DEFAULT_MODEL": "echo-line",
-        "SCALING_GRADER_JUDGE__CONSTRAINT": "logprobs",
-    }
+    env = {**_echo_judge_env(echo_judge), "SCALING_GRADER_JUDGE__CONSTRAINT": "logprobs"}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=120) as client:
         yield client
 

@@ -54,6 +54,16 @@ _MNT_DETACH = 2
 _GVISOR_REPORTER_UID = 65533  # the reporter inside gVisor (the runner takes the case's uid)
 
 
+def _reap_finished():
+    """Reap the leaders of finished cases (and, as pid 1, any orphan) without waiting."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
 def _threads():
     with open("/proc/self/status") as f:
         for line in f:
@@ -309,12 +319,7 @@ def _gvisor_zygote_loop(zcfg, control):
     requests = control.makefile("rb")
     control.sendall(b'{"kind": "ready"}\n')
     for line in requests:
-        while True:  # leaders of finished cases (and, as pid 1, any orphan)
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
+        _reap_finished()
         if _threads() != 1:
             control.sendall(b'{"kind": "failed", "error": "zygote not single-threaded"}\n')
             os._exit(75)
@@ -374,12 +379,7 @@ def zygote_main():
             os._exit(0)
         if not msg:
             os._exit(0)  # the service is gone
-        while True:  # leaders of finished cases (and, as pid 1, any orphan)
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
+        _reap_finished()
         # Forking a process with threads is unsafe (a thread may hold a lock forever in the fork):
         # refuse, and let the service start a new zygote.
         if _threads() != 1 or len(fds) != _CASE_FDS:
