@@ -1,4 +1,5 @@
-"""The RQ worker of one lane: RQ's SimpleWorker, run as the main thread of a process of its own.
+"""The RQ worker of one lane: RQ's SimpleWorker, run as the main thread of a process of its own,
+with RQ's per-job bookkeeping cut to what the service relies on (app.jobs.rq_bookkeeping).
 
 Only RQ's public worker API is used (tests/jobs/test_rq_contract.py checks every piece of it):
 the constructor's arguments, ``execute_job`` (the method RQ leaves to worker classes), the
@@ -28,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.utils import now
@@ -38,6 +39,7 @@ from app.graders.kinds import queue_names
 from app.jobs import keys, leases, presence, worker_health
 from app.jobs.case_secret import restore_known_secret, with_deployment_secret
 from app.jobs.leases import Lease, new_token
+from app.jobs.rq_bookkeeping import LeanBookkeeping
 from app.jobs.worker_registry import record_sandbox_tier
 from app.redis_link import REDIS_ERRORS, sync_connection
 from app.sandbox import health as sandbox_health
@@ -49,7 +51,7 @@ QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 _BEAT_MARGIN_SECONDS = 10.0
 
 
-class GradingWorker(SimpleWorker):
+class GradingWorker(LeanBookkeeping):
     death_penalty_class = JobDeadline  # RQ's SIGALRM penalty (the job runs in the main thread)
     heartbeat_grace = 3
     sandbox_tier = "none"  # judge-only workers run no sandbox

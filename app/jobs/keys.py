@@ -4,6 +4,8 @@ PREFIX = "sg"
 
 
 def idempotency(tenant: str, job_id: str) -> str:
+    """A request's digest as claims made before the owner record held it (``owner``) stored it:
+    read only for such claims, deleted with them."""
     return f"{PREFIX}:idem:{tenant}:{job_id}"
 
 
@@ -16,6 +18,8 @@ def attempts(job_id: str) -> str:
 
 
 def owner(job_id: str) -> str:
+    """The job's owner record: ``tenant\ndigest`` (the request's digest for an idempotency key,
+    empty otherwise)."""
     return f"{PREFIX}:owner:{job_id}"
 
 

@@ -47,35 +47,38 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-# KEYS: result, lease, in-flight set, owner, idempotency key, grade totals, grade buckets...
+# KEYS: result, lease, in-flight set, owner record (which holds the idempotency digest too), grade
+# totals, grade buckets...
 # ARGV: token, result JSON, ttl s, job id, channel, totals field, bucket ttl s, bucket fields...
 # -> 1: written by this call; 0: a result existed; -1: another attempt holds the lease. The job's
-# owner and idempotency records get the result's TTL from here on (while the job waited they had a
+# owner record gets the result's TTL from here on (while the job waited it had a
 # longer one: app.jobs.redis_jobs). The grade is counted here (app.jobs.grade_log), so it is
 # counted exactly when its result is written; a bucket gets its TTL when it is made. The lease is
-# left to lapse: every later attempt checks for the result first.
+# left to lapse: every later attempt checks for the result first. (The result's existence is
+# checked by its SET NX, and apart only when another attempt holds the lease: the attempt that
+# wrote the result may have left it, and then this one must not wait for it to lapse.)
 _PUBLISH = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local holder = redis.call('GET', KEYS[2])
-if holder and holder ~= ARGV[1] then return -1 end
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+if holder and holder ~= ARGV[1] then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  return -1
+end
+if not redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3], 'NX') then return 0 end
 redis.call('ZREM', KEYS[3], ARGV[4])
 redis.call('EXPIRE', KEYS[4], ARGV[3])
-redis.call('EXPIRE', KEYS[5], ARGV[3])
 redis.call('PUBLISH', ARGV[5], ARGV[4] .. '\\n' .. ARGV[2])
-redis.call('HINCRBY', KEYS[6], ARGV[6], 1)
-for i = 7, #KEYS do
-  if redis.call('HINCRBY', KEYS[i], ARGV[i + 1], 1) == 1 then redis.call('EXPIRE', KEYS[i], ARGV[7]) end
+redis.call('HINCRBY', KEYS[5], ARGV[6], 1)
+for i = 6, #KEYS do
+  if redis.call('HINCRBY', KEYS[i], ARGV[i + 2], 1) == 1 then redis.call('EXPIRE', KEYS[i], ARGV[7]) end
 end
 return 1
 """
 # The API's own write (inline idempotent results, a job RQ gave up on): once, like a worker's.
-# KEYS: result, in-flight set, owner, idempotency key. ARGV: result JSON, ttl s, job id, channel.
+# KEYS: result, in-flight set, owner record. ARGV: result JSON, ttl s, job id, channel.
 _STORE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2], 'NX') then
   redis.call('ZREM', KEYS[2], ARGV[3])
   redis.call('EXPIRE', KEYS[3], ARGV[2])
-  redis.call('EXPIRE', KEYS[4], ARGV[2])
   redis.call('PUBLISH', ARGV[4], ARGV[3] .. '\\n' .. ARGV[1])
   return 1
 end
@@ -124,18 +127,16 @@ class Lease:
         """Write the result once and count the grade with it (see _PUBLISH)."""
         buckets = [key for key, _ in count.buckets]
         fields = [field for _, field in count.buckets]
-        return int(self.connection.eval(_PUBLISH, 6 + len(buckets), keys.result(self.job_id), keys.lease(self.job_id),
-                                        keys.in_flight(tenant), keys.owner(self.job_id),
-                                        keys.idempotency(tenant, self.job_id), TOTALS_KEY, *buckets,
+        return int(self.connection.eval(_PUBLISH, 5 + len(buckets), keys.result(self.job_id), keys.lease(self.job_id),
+                                        keys.in_flight(tenant), keys.owner(self.job_id), TOTALS_KEY, *buckets,
                                         self.token, result_json, result_ttl, self.job_id, keys.RESULTS_CHANNEL,
                                         count.total_field, count.bucket_ttl, *fields))
 
 
 async def store_once(redis: Any, tenant: str, job_id: str, result_json: str, result_ttl: int) -> bool:
     """The API's write of a result (async client): True if it wrote it, False if one existed."""
-    return bool(await redis.eval(_STORE, 4, keys.result(job_id), keys.in_flight(tenant), keys.owner(job_id),
-                                 keys.idempotency(tenant, job_id), result_json, result_ttl, job_id,
-                                 keys.RESULTS_CHANNEL))
+    return bool(await redis.eval(_STORE, 3, keys.result(job_id), keys.in_flight(tenant), keys.owner(job_id),
+                                 result_json, result_ttl, job_id, keys.RESULTS_CHANNEL))
 
 
 _current = threading.local()

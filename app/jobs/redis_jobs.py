@@ -1,8 +1,8 @@
 """Jobs on Redis through RQ: queues per grading kind, results under our own key with a TTL,
-written once (app.jobs.leases), waited for by notification (app.jobs.result_notices),
-idempotency keys set with NX, and a per-tenant in-flight set. A job re-run after its worker
-looked dead goes to the front of its queue (RQ's Retry with enqueue_at_front). Redis failures
-become a 503 with a reason, never a lost request.
+written once (app.jobs.leases), waited for by notification (app.jobs.result_notices), one owner
+record per job (holding its idempotency digest) set with NX, and a per-tenant in-flight set. A
+job re-run after its worker looked dead goes to the front of its queue (RQ's Retry with
+enqueue_at_front). Redis failures become a 503 with a reason, never a lost request.
 
 Two ways Redis can lose what a client was told, and what this module does about each:
 
@@ -47,6 +47,12 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _owner_tenant(record: bytes | str) -> str:
+    """The tenant of a job's owner record (``tenant\ndigest``, or ``tenant`` alone as written
+    before the digest moved into it)."""
+    return _text(record).partition("\n")[0]
+
+
 # A job's owner and idempotency records are kept this long while it waits (the result's TTL
 # starts when the result is written): a job that waits hours behind a backlog is still the
 # client's when it runs. Seven days bounds what a claim whose job was never queued can leave.
@@ -56,6 +62,7 @@ QUEUED_RECORD_TTL = 7 * 24 * 3600
 ISSUED_MEMORY = 100_000
 # How long one retry holds the right to re-queue a claimed job that was never queued.
 REQUEUE_HOLD_SECONDS = 60
+_NOT_OWNED = object()  # view()'s first read: the job is not this tenant's (or Redis has no owner for it)
 
 
 class IssuedJobs:
@@ -123,18 +130,25 @@ class RedisJobs:
         return self._queues[kind]
 
     async def claim(self, tenant: str, request_id: str | None, digest: str) -> ClaimResult:
+        """One record per job holds its owner and, for an idempotency key, the request's digest
+        (``tenant\ndigest``; the job id is derived from both tenant and request id, so the record
+        is the tenant's idempotency record too): one SET NX claims a new job."""
         job_id = job_id_for(tenant, request_id)
-        ttl = QUEUED_RECORD_TTL
+        record = f"{tenant}\n{digest if request_id is not None else ''}"
         try:
-            await self.async_redis.set(keys.owner(job_id), tenant, ex=ttl, nx=True)
+            taken = await self.async_redis.set(keys.owner(job_id), record, ex=QUEUED_RECORD_TTL, nx=True)
             self.issued.note(job_id, tenant)
-            if request_id is None:
+            if taken or request_id is None:
                 return ClaimResult(job_id, new=True)
-            if await self.async_redis.set(keys.idempotency(tenant, job_id), digest, ex=ttl, nx=True):
-                return ClaimResult(job_id, new=True)
-            seen = await self.async_redis.get(keys.idempotency(tenant, job_id))
-            if seen is not None and _text(seen) != digest:
-                raise ApiError(409, "request_id_reused", "this request_id was used for a different request")
+            seen = await self.async_redis.get(keys.owner(job_id))
+            if seen is not None:
+                seen_tenant, _, seen_digest = _text(seen).partition("\n")
+                if not seen_digest and seen_tenant == tenant:
+                    # a claim written before owner and digest shared one record
+                    legacy = await self.async_redis.get(keys.idempotency(tenant, job_id))
+                    seen_digest = _text(legacy) if legacy is not None else digest
+                if seen_tenant != tenant or seen_digest != digest:
+                    raise ApiError(409, "request_id_reused", "this request_id was used for a different request")
             return ClaimResult(job_id, new=await self._never_queued(job_id))
         except REDIS_ERRORS:
             raise QueueUnavailable("Redis is unreachable") from None
@@ -162,18 +176,24 @@ class RedisJobs:
             raise QueueUnavailable("Redis is unreachable") from None
 
     def _enqueue(self, queue: str, job_id: str, payload: dict[str, Any], tenant: str) -> None:
-        """RQ's enqueue, sent as one pipeline without a transaction: RQ would otherwise send two
-        MULTI/EXEC blocks (the queue's registration, then the job and its push), four commands
-        of a job's ~60. Not atomic: the job hash is written before its id is pushed, and a
-        connection lost in between leaves a claim whose retry re-queues it (_never_queued)."""
+        """RQ's enqueue through its bulk API (``Queue.prepare_data`` and ``Queue.enqueue_many``),
+        sent as one pipeline without a transaction: four commands (the queue's registration, the
+        job's status and record, the push). ``enqueue_call`` with a pipeline would wrap them in
+        MULTI/EXEC (RQ starts a transaction on a pipeline it is given), two commands more. Not
+        atomic: the job hash is written before its id is pushed, and a connection lost in
+        between leaves a claim whose retry re-queues it (_never_queued)."""
         queue_settings = self.settings.queue
+        job = Queue.prepare_data(
+            self.job_function, args=(payload,), job_id=job_id, timeout=queue_settings.job_timeout,
+            # result_ttl=0: RQ keeps no copy of the return value (the result is stored once under
+            # the service's own key, app.jobs.leases) and drops the job's records when it succeeds
+            # (app.jobs.rq_bookkeeping); a failed job keeps them, for view() to read
+            result_ttl=0, failure_ttl=queue_settings.result_ttl,
+            # no interval: a delayed retry would need an RQ scheduler; re-queue at once instead
+            retry=Retry(max=queue_settings.retries, enqueue_at_front=True) if queue_settings.retries else None,
+            meta={"tenant": tenant})
         with self._sync.pipeline(transaction=False) as pipe:
-            self._queue(queue).enqueue_call(
-                self.job_function, args=(payload,), job_id=job_id, timeout=queue_settings.job_timeout,
-                result_ttl=queue_settings.result_ttl, failure_ttl=queue_settings.result_ttl,
-                # no interval: a delayed retry would need an RQ scheduler; re-queue at once instead
-                retry=Retry(max=queue_settings.retries, enqueue_at_front=True) if queue_settings.retries else None,
-                meta={"tenant": tenant}, pipeline=pipe)
+            self._queue(queue).enqueue_many([job], pipeline=pipe)
             pipe.execute()
 
     async def reserve(self, tenant: str, job_ids: Sequence[str], max_in_flight: int) -> None:
@@ -212,13 +232,16 @@ class RedisJobs:
         raw = await self.async_redis.get(keys.result(job_id))
         return raw if raw is None else bytes(raw if isinstance(raw, bytes) else raw.encode())
 
-    async def _wait_for_result(self, job_id: str, wait: float) -> bytes | None:
+    async def _wait_for_result(self, job_id: str, wait: float, first: Callable[[], Any]) -> Any:
+        """The stored result once there is one (None after `wait` seconds), or whatever not None
+        ``first`` (the first read) returns."""
         if self.settings.queue.result_wait == "notify":
-            return await self.notices.wait_for(job_id, lambda: self._stored(job_id), wait)
-        found: dict[str, bytes] = {}
+            return await self.notices.wait_for(job_id, lambda: self._stored(job_id), wait, first=first)
+        found: dict[str, Any] = {}
+        reads = [first]
 
         async def finished() -> bool:
-            raw = await self._stored(job_id)
+            raw = await reads.pop()() if reads else await self._stored(job_id)
             if raw is not None:
                 found["raw"] = raw
             return raw is not None
@@ -226,13 +249,22 @@ class RedisJobs:
         return found["raw"] if await poll_until(finished, wait) else None
 
     async def view(self, tenant: str, job_id: str, wait: float) -> JobView | None:
+        owners: list[Any] = []
+
+        async def owned_result() -> Any:
+            # the owner and the result in one command (MGET), the result's first read
+            owner, raw = await self.async_redis.mget(keys.owner(job_id), keys.result(job_id))
+            owners.append(owner)
+            if owner is None or _owner_tenant(owner) != tenant:
+                return _NOT_OWNED
+            return raw if raw is None else bytes(raw if isinstance(raw, bytes) else raw.encode())
+
         try:
-            owner = await self.async_redis.get(keys.owner(job_id))
-            if owner is None and self.issued.owner(job_id) == tenant:
-                return await self._lost(job_id)
-            if owner is None or _text(owner) != tenant:
+            raw = await self._wait_for_result(job_id, wait, owned_result)
+            if raw is _NOT_OWNED:
+                if owners[0] is None and self.issued.owner(job_id) == tenant:
+                    return await self._lost(job_id)
                 return None
-            raw = await self._wait_for_result(job_id, wait)
             if raw is not None:
                 return self._finished(job_id, raw)
             status = await self.async_redis.hget(keys.rq_job(job_id), "status")

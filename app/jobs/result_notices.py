@@ -39,14 +39,17 @@ class ResultNotices:
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
 
-    async def wait_for(self, job_id: str, read: Callable[[], Awaitable[Any]], wait: float) -> Any:
-        """read() (the stored result, or None) once it is not None, or None after `wait` seconds."""
+    async def wait_for(self, job_id: str, read: Callable[[], Awaitable[Any]], wait: float,
+                       first: Callable[[], Awaitable[Any]] | None = None) -> Any:
+        """read() (the stored result, or None) once it is not None, or None after `wait` seconds.
+        ``first``, if given, is the first read instead of read() (a caller that reads more with it:
+        whatever it returns that is not None is returned at once)."""
         deadline = time.monotonic() + wait
         waiter = _Waiter()
         self._waiters.setdefault(job_id, set()).add(waiter)  # before the first read: no announcement is missed
         try:
             await self._ensure_listening()
-            found = await read()
+            found = await (first or read)()
             while True:
                 remaining = deadline - time.monotonic()
                 if found is not None or remaining <= 0:

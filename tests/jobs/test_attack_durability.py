@@ -4,8 +4,6 @@ case secret, and so to rewards, and to the jobs a client was told were accepted.
 
 from __future__ import annotations
 
-import contextlib
-import select
 import socket
 import subprocess
 import threading
@@ -38,39 +36,22 @@ def volatile_redis():
 
 class StrikeAfterClaimProxy(PausableProxy):
     """A fault at the worst moment: right after Redis answered the API's write of a job's
-    idempotency record (the claim), before the job is queued, ``strike`` runs (kills Redis)."""
+    owner and idempotency record (the claim), before the job is queued, ``strike`` runs (kills Redis)."""
 
     def __init__(self, target_port: int, strike: Callable[[], None]) -> None:
         super().__init__(target_port)
         self.strike = strike
         self.struck = threading.Event()
 
-    def _relay(self, a: socket.socket, b: socket.socket) -> None:
-        peers = {a: b, b: a}
-        claimed = False
-        try:
-            while not self._closed.is_set():
-                self._relaying.wait()
-                ready, _, _ = select.select([a, b], [], [], 0.1)
-                if not self._relaying.is_set():
-                    continue
-                for source in ready:
-                    data = source.recv(65536)
-                    if not data:
-                        return
-                    peers[source].sendall(data)
-                    if source is a and b"sg:idem:" in data and not self.struck.is_set():
-                        claimed = True
-                    elif source is b and claimed:
-                        self.struck.set()  # the claim's answer went back: strike now
-                        self.strike()
-                        claimed = False
-        except OSError:
-            return
-        finally:
-            for sock in (a, b):
-                with contextlib.suppress(OSError):
-                    sock.close()
+    def _forward(self, data: bytes, from_client: bool, to: socket.socket, state: dict) -> bool:
+        to.sendall(data)
+        if from_client and b"sg:owner:" in data and not self.struck.is_set():
+            state["claimed"] = True
+        elif not from_client and state.get("claimed"):
+            self.struck.set()  # the claim's answer went back: strike now
+            self.strike()
+            state["claimed"] = False
+        return True
 
 
 def _post(client: httpx.Client, request_id: str, text: str, wait: float = 0) -> httpx.Response:

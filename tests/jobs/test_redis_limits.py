@@ -30,7 +30,7 @@ def test_reservations_are_all_or_nothing_across_replicas(redis_server: RedisServ
             assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "1"}
             connection = redis_server.client()
             assert connection.zcard(keys.in_flight("t")) == 0
-            assert not any(connection.exists(keys.idempotency("t", c.job_id)) for c in three)  # forgotten
+            assert not any(connection.exists(keys.owner(c.job_id)) for c in three)  # forgotten
             # racing replicas: together they never hold more than the cap
             claims = [await r.claim("t", None, "d") for r in (one, two) for _ in range(2)]
             outcomes = await asyncio.gather(

@@ -18,11 +18,14 @@ import pytest
 import rq
 from rq import Queue, Retry, SimpleWorker, Worker, get_current_job
 from rq.exceptions import NoSuchJobError, StopRequested
+from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty, UnixSignalDeathPenalty
 from rq.worker import BaseWorker, WorkerStatus
 
+from app.jobs.rq_bookkeeping import LeanBookkeeping
 from tests.support.forked import report_from_fork
 from worker.deadline import GradingDeadline, JobDeadline
 from worker.grading_worker import GradingWorker
@@ -59,6 +62,14 @@ def test_the_installed_rq_is_the_pinned_major_version() -> None:
     ("queue_names", ["self"]),
     ("get_state", ["self"]),
     ("clean_registries", ["self"]),
+    # overridden or called by app.jobs.rq_bookkeeping
+    ("prepare_job_execution", ["self", "job", "remove_from_intermediate_queue"]),
+    ("handle_execution_ended", ["self", "job", "queue", "heartbeat_ttl"]),
+    ("handle_job_success", ["self", "job", "queue", "started_job_registry", "execution"]),
+    ("check_for_suspension", ["self", "burst"]),
+    ("increment_successful_job_count", ["self", "pipeline"]),
+    ("increment_total_working_time", ["self", "job_execution_time", "pipeline"]),
+    ("procline", ["self", "message"]),
 ])
 def test_the_worker_methods_the_lanes_call_or_override(method: str, parameters: list[str]) -> None:
     assert _parameters(getattr(SimpleWorker, method)) == parameters
@@ -89,15 +100,32 @@ def test_the_hooks_and_attributes_overridden_are_rq_s() -> None:
     assert WorkerStatus.IDLE == "idle" and WorkerStatus.BUSY == "busy"
     assert issubclass(StopRequested, Exception) and issubclass(NoSuchJobError, Exception)
     # every public method GradingWorker overrides is one RQ defines (no private name is touched)
-    overridden = {n for n in vars(GradingWorker) if callable(getattr(GradingWorker, n)) or
-                  isinstance(vars(GradingWorker)[n], property)}
-    for name in overridden - {"_beat"}:
-        assert not name.startswith("_"), name
-        assert hasattr(SimpleWorker, name), name
+    for cls in (GradingWorker, LeanBookkeeping):
+        overridden = {n for n in vars(cls) if callable(getattr(cls, n)) or isinstance(vars(cls)[n], property)}
+        for name in overridden - {"_beat"}:
+            assert not name.startswith("_"), name
+            assert hasattr(SimpleWorker, name), name
+    assert issubclass(GradingWorker, LeanBookkeeping) and issubclass(LeanBookkeeping, SimpleWorker)
+
+
+def test_the_execution_records_the_lean_bookkeeping_writes_and_removes_are_rq_s() -> None:
+    # app.jobs.rq_bookkeeping writes RQ's execution records with RQ's own calls, and removes them
+    # by the key names RQ's own objects give
+    assert _parameters(Execution.create) == ["job", "ttl", "pipeline", "worker_name"]
+    assert _parameters(ExecutionRegistry.__init__) == ["self", "job_id", "connection"]
+    assert isinstance(inspect.getattr_static(Execution, "key"), property)
+    assert isinstance(inspect.getattr_static(Execution, "worker_executions_key"), property)
+    assert _parameters(StartedJobRegistry.remove_execution)[:4] == ["self", "execution", "job", "pipeline"]
+    assert _parameters(Job.prepare_for_execution) == ["self", "worker_name", "pipeline"]
+    for name in ("has_rate_limit", "success_callback", "key"):
+        assert isinstance(inspect.getattr_static(Job, name), property), name
+    assert isinstance(inspect.getattr_static(Queue, "intermediate_queue_key"), property)
 
 
 def test_the_queue_calls_the_api_makes() -> None:
     assert {"timeout", "result_ttl", "failure_ttl", "job_id", "meta", "retry"} <= set(_parameters(Queue.enqueue_call))
+    assert {"timeout", "result_ttl", "failure_ttl", "job_id", "meta", "retry"} <= set(_parameters(Queue.prepare_data))
+    assert _parameters(Queue.enqueue_many)[:3] == ["self", "job_datas", "pipeline"]
     assert set(_parameters(Retry.__init__)) >= {"max", "interval", "enqueue_at_front"}
     assert JobStatus.STARTED == "started" and JobStatus.QUEUED == "queued"
 
@@ -143,6 +171,26 @@ def test_enqueue_keeps_the_settings_the_api_passes(redis_server) -> None:
     job = Job.fetch("contract-settings", connection=connection, serializer=JSONSerializer)
     assert (job.timeout, job.result_ttl, job.failure_ttl, job.meta, job.retries_left) == (7, 11, 13, {"tenant": "t"}, 2)
     assert job.origin == "contract" and job.get_status() == JobStatus.QUEUED
+
+
+def test_the_bulk_enqueue_on_a_plain_pipeline_keeps_the_settings_and_opens_no_transaction(redis_server) -> None:
+    # how the API enqueues (app.jobs.redis_jobs._enqueue): four commands, no MULTI/EXEC
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    queue.enqueue(sleeps, 0, job_id="contract-ahead")
+    data = Queue.prepare_data(sleeps, args=(0,), job_id="contract-bulk", timeout=7, result_ttl=0, failure_ttl=13,
+                              retry=Retry(max=2, enqueue_at_front=True), meta={"tenant": "t"})
+    connection.config_resetstat()
+    with connection.pipeline(transaction=False) as pipe:
+        queue.enqueue_many([data], pipeline=pipe)
+        pipe.execute()
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
+    calls.pop("config|resetstat", None)
+    assert calls == {"sadd": 1, "hset": 2, "rpush": 1}, calls
+    job = Job.fetch("contract-bulk", connection=connection, serializer=JSONSerializer)
+    assert (job.timeout, job.result_ttl, job.failure_ttl, job.meta, job.retries_left) == (7, 0, 13, {"tenant": "t"}, 2)
+    assert job.origin == "contract" and job.get_status() == JobStatus.QUEUED
+    assert queue.get_job_ids() == ["contract-ahead", "contract-bulk"]  # at the back, like enqueue_call's
 
 
 def test_the_death_penalty_class_ends_a_job_with_the_exception_it_raises(redis_server) -> None:
@@ -208,3 +256,70 @@ def test_maintain_heartbeats_keeps_a_running_job_from_being_taken_for_abandoned(
         time.sleep(0.5)
     _worker(connection, "looks").clean_registries()
     assert job.get_status() == JobStatus.STARTED and queue.get_job_ids() == []
+
+
+# ------------------------------------------------------------------ the lean bookkeeping (app.jobs.rq_bookkeeping)
+
+
+def _rq_records_of(connection: Any, job_id: str) -> list[str]:
+    """Every RQ key that names the job, and every RQ registry or index that holds it."""
+    named = [k.decode() for k in connection.scan_iter(f"rq:*{job_id}*")]
+    members = {b"zset": lambda key: connection.zrange(key, 0, -1), b"set": connection.smembers,
+               b"list": lambda key: connection.lrange(key, 0, -1)}
+    held = [key.decode() for key in connection.scan_iter("rq:*")
+            if (read := members.get(connection.type(key))) and any(job_id in m.decode() for m in read(key))]
+    return named + held
+
+
+@pytest.mark.parametrize("queues", [1, 2])  # a worker of one queue goes through RQ's intermediate queue
+def test_a_job_that_succeeds_under_the_lean_bookkeeping_leaves_no_rq_record(redis_server, queues) -> None:
+    connection = redis_server.client()
+    served = [Queue(name, connection=connection, serializer=JSONSerializer) for name in ("contract", "other")[:queues]]
+    served[0].enqueue(reports_its_job, job_id="contract-lean", result_ttl=0, retry=Retry(max=1, enqueue_at_front=True))
+    worker = LeanBookkeeping(served, connection=connection, serializer=JSONSerializer, name="lean")
+    assert worker.work(burst=True, with_scheduler=False) is True
+    assert _rq_records_of(connection, "contract-lean") == []  # job, executions, registries, results: none
+    assert connection.hget("rq:worker:lean", "successful_job_count") == b"1"
+    assert float(connection.hget("rq:worker:lean", "total_working_time") or 0) > 0
+    assert worker.get_state() == WorkerStatus.IDLE and connection.hget("rq:worker:lean", "state") == b"idle"
+    assert not connection.exists("rq:worker:lean:executions")
+
+
+def test_the_lean_bookkeeping_takes_rq_s_own_path_for_a_job_that_keeps_its_result(redis_server) -> None:
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    queue.enqueue(reports_its_job, job_id="contract-kept", result_ttl=60)
+    LeanBookkeeping([queue], connection=connection, serializer=JSONSerializer, name="keeps").work(
+        burst=True, with_scheduler=False)
+    job = Job.fetch("contract-kept", connection=connection, serializer=JSONSerializer)
+    assert job.get_status() == JobStatus.FINISHED and job.return_value() == "contract-kept"
+    assert "contract-kept" in FinishedJobRegistry("contract", connection=connection).get_job_ids()
+
+
+def test_a_job_that_fails_under_the_lean_bookkeeping_takes_rq_s_failure_path(redis_server) -> None:
+    # what the API reads of a job RQ gave up on: its failed status (app.jobs.redis_jobs.view)
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    queue.enqueue(fails, job_id="contract-lean-fails", result_ttl=0, failure_ttl=60)
+    LeanBookkeeping([queue], connection=connection, serializer=JSONSerializer, name="lean-fails").work(
+        burst=True, with_scheduler=False)
+    job = Job.fetch("contract-lean-fails", connection=connection, serializer=JSONSerializer)
+    assert job.get_status() == JobStatus.FAILED
+    assert "contract-lean-fails" in FailedJobRegistry("contract", connection=connection).get_job_ids()
+    assert queue.started_job_registry.get_job_ids() == []
+    assert connection.hget("rq:worker:lean-fails", "state") == b"idle"
+
+
+def test_a_suspension_stops_the_lean_worker_before_its_next_job(redis_server) -> None:
+    from rq.suspension import resume, suspend
+
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    queue.enqueue(sleeps, 0, job_id="contract-suspended")
+    suspend(connection)
+    try:  # burst mode checks before every job: a suspended burst worker quits without working
+        assert LeanBookkeeping([queue], connection=connection, serializer=JSONSerializer,
+                               name="suspended").work(burst=True, with_scheduler=False) is False
+    finally:
+        resume(connection)
+    assert queue.get_job_ids() == ["contract-suspended"]

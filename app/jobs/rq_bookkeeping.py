@@ -1,0 +1,132 @@
+"""RQ's per-job bookkeeping, without what the service's own records already hold.
+
+An RQ ``SimpleWorker`` spends about 45 Redis commands on each job it runs (measured with
+MONITOR: bench/bench_redis_commands.py): the execution's records, the job's start, and on
+success a transaction that watches the job's dependents, stores its return value in a results
+stream, adds it to the finished registry and sets TTLs on the job, its dependents and its
+dependencies. The service stores every result itself, once, under its own key (app.jobs.leases),
+and its jobs have no dependents, dependencies, repeats, callbacks or rate limits. This worker
+class keeps what the service relies on RQ for and drops the rest. It overrides these public
+``BaseWorker`` methods (each checked by tests/jobs/test_rq_contract.py):
+
+* ``prepare_execution``: RQ's own records of the execution (``Execution.create``: the execution
+  hash, the job's and the worker's execution indexes, and the entry in the queue's
+  ``StartedJobRegistry`` that RQ's abandoned-job handling reads), the worker's ``busy`` state and
+  the job's ``started`` record (status, started_at, worker_name, last_heartbeat:
+  ``Job.prepare_for_execution``), as RQ writes them, in one pipeline without MULTI/EXEC.
+* ``prepare_job_execution``: RQ writes the job's ``started`` record here, a round trip later, in a
+  transaction with a separate job beat writing the same ``last_heartbeat`` again, a worker beat
+  (sent only when the worker's key needs one: worker.grading_worker) and a PERSIST of a job key
+  that has no TTL (the service enqueues without ``ttl``). Here: nothing, unless the job was
+  enqueued with a ``ttl`` (PERSIST) or the worker serves one queue (the removal from RQ's
+  intermediate queue). With prepare_execution, 6 commands fewer, and no moment at which the job
+  is in the StartedJobRegistry but not ``started`` (which RQ's abandoned-job handling would skip,
+  leaving a popped job that never runs).
+* ``handle_execution_ended``: records the end time without RQ's extra job beat (1 command), which
+  keeps the job's heartbeat fresh while success or failure callbacks run; there are none.
+* ``handle_job_success``: what RQ does with ``result_ttl=0`` (the job's records deleted once it
+  succeeded: the service's result key holds the result), plus the worker's counters and its
+  ``idle`` state, in one pipeline: the worker's counters (2), one DEL of the job hash, the job's
+  execution index, the execution hash and the worker's execution index (a SimpleWorker runs one
+  execution at a time, so that index holds only this one), the entry in the StartedJobRegistry,
+  and the worker's state (about 6 commands, against about 20 for RQ's path). A job that uses
+  anything this skips (repeats, success callbacks, a rate limit, a result TTL other than 0)
+  takes RQ's own path.
+* ``set_state``: an unchanged state is not written again outside a pipeline (RQ writes ``idle``
+  after each job and again before each dequeue).
+* ``check_for_suspension``: ``rq suspend`` is checked at most once a second between jobs (and
+  before every job in burst mode), not before every job: a suspension takes effect within a
+  second, after the job in hand, as before.
+
+What RQ guarantees and the service relies on is unchanged: a job is pushed and popped by RQ; its
+execution is in the StartedJobRegistry with status ``started`` while it runs, renewed by RQ's
+``maintain_heartbeats``; a worker that dies leaves the entry to expire, and RQ's maintenance
+re-queues the job (``Retry``, at the front) or fails it; a job that raises takes RQ's failure
+path unchanged (failed registry, ``failed`` status the API reads).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rq import SimpleWorker
+from rq.executions import Execution, ExecutionRegistry
+from rq.job import Job
+from rq.queue import Queue
+from rq.utils import now
+from rq.worker import WorkerStatus
+
+SUSPENSION_CHECK_SECONDS = 1.0
+
+
+def lean_success_applies(job: Job) -> bool:
+    """True for a job whose success needs nothing RQ's own path does beyond what
+    ``LeanBookkeeping.handle_job_success`` writes (the service's jobs: no repeats, no callbacks,
+    no rate limit, results kept by the service: ``result_ttl=0``)."""
+    return (job.result_ttl == 0 and not job.repeats_left and job.success_callback is None
+            and not job.has_rate_limit)
+
+
+class LeanBookkeeping(SimpleWorker):
+    """A SimpleWorker that writes only the bookkeeping RQ's guarantees need (module docstring)."""
+
+    _suspension_checked_at = float("-inf")
+
+    def prepare_execution(self, job: Job) -> Execution:
+        with self.connection.pipeline(transaction=False) as pipeline:
+            execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipeline, worker_name=self.name)
+            self.executions[execution.id] = execution
+            self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
+            # the job's started record in the same round trip as its StartedJobRegistry entry
+            # (RQ writes it a round trip later, in prepare_job_execution): a worker killed in
+            # between would leave a job RQ's abandoned-job handling skips (it re-queues only
+            # ``started`` jobs), popped from its queue and never run
+            job.prepare_for_execution(self.name, pipeline=pipeline)
+            pipeline.execute()
+        return execution
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        # the started record went out with the execution's (prepare_execution); what is left of
+        # RQ's, where it applies: a job enqueued with a ttl loses it while it runs, and a worker of
+        # one queue takes the job off its intermediate queue
+        if job.ttl is not None or remove_from_intermediate_queue:
+            with self.connection.pipeline(transaction=False) as pipeline:
+                if job.ttl is not None:
+                    pipeline.persist(job.key)
+                if remove_from_intermediate_queue:
+                    pipeline.lrem(Queue(job.origin, connection=self.connection).intermediate_queue_key, 1, job.id)
+                pipeline.execute()
+        self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")
+
+    def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:
+        job.ended_at = now()
+
+    def handle_job_success(self, job: Job, queue: Queue, started_job_registry: Any, execution: Execution) -> None:
+        if not lean_success_applies(job):
+            super().handle_job_success(job, queue, started_job_registry, execution)
+            return
+        assert job.started_at is not None and job.ended_at is not None
+        with self.connection.pipeline(transaction=False) as pipeline:
+            self.increment_successful_job_count(pipeline=pipeline)
+            self.increment_total_working_time(job.ended_at - job.started_at, pipeline)
+            pipeline.delete(job.key, ExecutionRegistry(job_id=job.id, connection=self.connection).key,
+                            execution.key, execution.worker_executions_key)
+            started_job_registry.remove_execution(execution, pipeline=pipeline)
+            self.set_state(WorkerStatus.IDLE, pipeline=pipeline)
+            pipeline.execute()
+        self.executions.pop(execution.id, None)
+        self.log.info("Successfully completed job %s in %ss on worker %s", job.id, job.ended_at - job.started_at,
+                      self.name)
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        if pipeline is None and state == self.get_state():
+            return
+        super().set_state(state, pipeline)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        clock = time.monotonic()
+        if not burst and clock - self._suspension_checked_at < SUSPENSION_CHECK_SECONDS:
+            return
+        self._suspension_checked_at = clock
+        super().check_for_suspension(burst)
