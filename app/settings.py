@@ -213,6 +213,13 @@ class SandboxSettings(BaseModel):
     # Limits for a case as a whole (all its processes, tmpfs pages included), by a control group
     # per case when the service is root and the host's cgroups are writable; "off" keeps rlimits only.
     cgroups: Literal["auto", "off"] = "auto"
+    # Cases in a CPU group marked idle (cpu.idle; needs those cgroups and Linux 5.15): they run
+    # only on CPU nothing else beside them wants, so inline grading on the same host keeps its
+    # latency while every case slot is busy. Off by default: on a host whose other work fills
+    # the CPU (a test run, a desktop) the cases would wait, and their wall-clock limit runs on.
+    # For workers run outside containers: inside them cgroups are read-only, and the worker
+    # containers' lowest CPU weight does this instead (docker-compose.yml).
+    idle_cpu: bool = False
     case_memory_bytes: int = Field(2 * 1024**3, gt=0)  # beyond what the warm child holds
     # (CPU_SECONDS then also bounds the CPU time of all the case's processes together.)
     warm_memory_bytes: int = Field(4 * 1024**3, gt=0)  # a warming child (no candidate code yet)

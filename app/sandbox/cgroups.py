@@ -11,12 +11,20 @@ pids controllers delegated, or writable cgroup v1 memory, pids and cpuacct hiera
 
 Each service process keeps its case groups under one parent group named after its pid and start
 time, inside the group it runs in itself (so the host's own limits on the service still apply),
-and removes parents whose process is dead at start."""
+and removes parents whose process is dead at start.
+
+With ``idle_cpu`` every case runs in one CPU group of the service's marked idle (``cpu.idle``,
+Linux 5.15): its cases then take only the CPU that nothing else beside them wants, and any other
+task that wakes (the API grading inline, the worker's own heartbeat) preempts them at once. On
+v2 that group is the parent itself; on v1 a directory of the same name in the cpu hierarchy,
+which every case joins (the cases of a service share it, as they share the service's CPU weight
+without it)."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import queue
 import re
@@ -37,6 +45,7 @@ _PARENT_NAME = re.compile(r"scaling-grader-cases-(\d+)-(\d+)-(\d+)")
 # cpuacct, not cpu: a group under the cpu controller is one scheduling entity, so every case
 # of this service together would weigh as much as one process of anyone else on the host.
 _V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+log = logging.getLogger(__name__)
 _UNLIMITED = "max"
 _hosts = itertools.count()
 
@@ -58,11 +67,14 @@ class CaseCgroup:
     version: int
     dirs: dict[str, Path]  # controller ("" for v2) -> directory
     cpu_at_arm: float = 0.0
+    # A group the case joins beside its own, shared with the service's other cases: the idle CPU
+    # group on cgroup v1 (never emptied or removed with the case).
+    shared_dirs: tuple[Path, ...] = ()
 
     @property
     def procs_files(self) -> list[str]:
         """Where the launcher writes its own pid before anything of the case starts."""
-        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+        return [str(d / "cgroup.procs") for d in (*self.dirs.values(), *self.shared_dirs)]
 
     def _file(self, controller: str, v1_name: str, v2_name: str) -> Path:
         return self.dirs[""] / v2_name if self.version == 2 else self.dirs[controller] / v1_name
@@ -74,20 +86,28 @@ class CaseCgroup:
         return _read_int(self._file("pids", "pids.current", "pids.current"))
 
     def set_memory_limit(self, limit: int) -> None:
-        _write(self._file("memory", "memory.limit_in_bytes", "memory.max"), limit)
         if self.version == 2:
+            _write(self.dirs[""] / "memory.max", limit)
             with contextlib.suppress(OSError):  # no swap for the case either
                 _write(self.dirs[""] / "memory.swap.max", 0)
-        else:
-            with contextlib.suppress(OSError):  # present only with swap accounting
-                _write(self.dirs["memory"] / "memory.memsw.limit_in_bytes", limit)
+            return
+        memory = self.dirs["memory"] / "memory.limit_in_bytes"
+        memsw = self.dirs["memory"] / "memory.memsw.limit_in_bytes"  # only with swap accounting
+        # v1 refuses a memory limit above the memory+swap one (EINVAL), and a memory+swap limit
+        # below the memory one: raising, the memory+swap limit goes first; lowering, last.
+        with contextlib.suppress(OSError, ValueError):
+            if limit > int(memory.read_text()):
+                _write(memsw, limit)
+        _write(memory, limit)
+        with contextlib.suppress(OSError):
+            _write(memsw, limit)
 
     def set_task_limit(self, limit: int) -> None:
         _write(self._file("pids", "pids.max", "pids.max"), limit)
 
     def cpu_seconds(self) -> float:
-        """CPU time used by every process of the group so far (accounting only: no scheduling
-        weight changes, so the case competes for the CPU exactly as its processes would)."""
+        """CPU time used by every process of the group so far (accounting: the case's own group
+        changes no scheduling weight; only the service's idle group, when asked for, does)."""
         if self.version == 2:
             for line in (self.dirs[""] / "cpu.stat").read_text().splitlines():
                 key, _, value = line.partition(" ")
@@ -256,15 +276,21 @@ class CgroupHost:
         self.version = version
         self.parents = parents  # controller ("" for v2) -> this process's parent group
         self._counter = itertools.count()
+        # The group marked cpu.idle that holds every case (v2: the parent; v1: its namesake in
+        # the cpu hierarchy, joined by each case), or None: cases share the service's CPU weight.
+        self.idle_group: Path | None = None
+        self._shared_dirs: tuple[Path, ...] = ()
 
     @property
     def name(self) -> str:
-        return f"cgroup v{self.version}"
+        return f"cgroup v{self.version}" + (", idle CPU" if self.idle_group is not None else "")
 
     @classmethod
-    def detect(cls, root: Path = CGROUP_ROOT) -> CgroupHost | None:
+    def detect(cls, root: Path = CGROUP_ROOT, idle_cpu: bool = False) -> CgroupHost | None:
         """The host's cgroups, if this process may create groups with the controllers a case
-        needs; None otherwise (the caller then relies on rlimits)."""
+        needs; None otherwise (the caller then relies on rlimits). With ``idle_cpu``, cases also
+        run in an idle CPU group where the host allows one (``idle_group``; otherwise None and a
+        warning: the cases still run, at the service's own weight)."""
         if os.geteuid() != 0:
             return None
         own = own_cgroups()
@@ -282,8 +308,45 @@ class CgroupHost:
         for version, bases in candidates:
             host = cls._try(version, bases, name)
             if host is not None:
+                cpu_base = _v1_cpu_base(root, own) if version == 1 else None
+                if cpu_base is not None:
+                    # Idle groups of services that were killed, whether or not this start wants
+                    # one (the start-up clean-up and a restart with the setting off detect without).
+                    remove_stale_parents({"cpu": cpu_base})
+                if idle_cpu:
+                    host._make_idle(cpu_base)
                 return host
         return None
+
+    def _make_idle(self, cpu_base: Path | None) -> None:
+        if self.version == 2:
+            group = self.parents[""]
+            if not (group / "cpu.idle").exists():
+                # The cpu controller for the parent, from the group this service runs in (refused
+                # where that group may not hand it down: then there is no idle group).
+                with contextlib.suppress(OSError):
+                    _write(group.parent / "cgroup.subtree_control", "+cpu")
+            shared: tuple[Path, ...] = ()
+        else:
+            if cpu_base is None:
+                log.warning("idle CPU for cases asked for, but there is no cgroup v1 cpu hierarchy")
+                return
+            group = cpu_base / self.parents["cpuacct"].name
+            # cpu and cpuacct mounted together: the parent is that group already, and each case's
+            # own group below it is idle with it.
+            together = group.exists() and os.path.samefile(group, self.parents["cpuacct"])
+            shared = () if together else (group,)
+        try:
+            if shared:
+                group.mkdir(exist_ok=True)
+            _write(group / "cpu.idle", 1)
+        except OSError as exc:
+            log.warning("idle CPU for cases asked for, but %s cannot be marked idle: %s", group, exc)
+            if shared:
+                _kill_and_remove(list(shared))
+            return
+        self.idle_group = group
+        self._shared_dirs = shared
 
     @classmethod
     def _try(cls, version: int, bases: dict[str, Path], name: str) -> CgroupHost | None:
@@ -314,7 +377,7 @@ class CgroupHost:
         except OSError:
             _kill_and_remove(list(dirs.values()))
             raise
-        return CaseCgroup(self.version, dirs)
+        return CaseCgroup(self.version, dirs, shared_dirs=self._shared_dirs)
 
     def close(self) -> None:
         """Remove every case group and the parent (at stop)."""
@@ -322,7 +385,14 @@ class CgroupHost:
         for parent in self.parents.values():
             with contextlib.suppress(OSError):
                 _kill_and_remove([d for d in parent.iterdir() if d.is_dir()])
-        _kill_and_remove(list(self.parents.values()))
+        _kill_and_remove([*self.parents.values(), *self._shared_dirs])
+
+
+def _v1_cpu_base(root: Path, own: dict[str, str]) -> Path | None:
+    """The group this process runs in in the cgroup v1 cpu hierarchy (where idle groups go)."""
+    if "cpu" not in own or not (root / "cpu" / "cgroup.procs").exists():
+        return None
+    return root / "cpu" / own["cpu"].lstrip("/")
 
 
 def remove_stale_parents(bases: dict[str, Path]) -> list[str]:
@@ -346,11 +416,12 @@ _shared: list[CgroupHost | None] = []
 _shared_lock = threading.Lock()
 
 
-def shared_cgroup_host() -> CgroupHost | None:
-    """The process's one host for case groups (detected once; None means rlimits only)."""
+def shared_cgroup_host(idle_cpu: bool = False) -> CgroupHost | None:
+    """The process's one host for case groups (detected once, by the first caller's
+    ``idle_cpu``; None means rlimits only)."""
     with _shared_lock:
         if not _shared:
-            _shared.append(CgroupHost.detect())
+            _shared.append(CgroupHost.detect(idle_cpu=idle_cpu))
         return _shared[0]
 
 

@@ -90,7 +90,7 @@ class Sandbox:
             if self._plan.is_root:
                 self._uids = shared_uid_pool(self.settings.uid_base, self.settings.uid_count)
                 if self.settings.cgroups == "auto":
-                    self._cgroups = shared_cgroup_host()
+                    self._cgroups = shared_cgroup_host(idle_cpu=self.settings.idle_cpu)
         return self._plan
 
     @property
@@ -173,6 +173,7 @@ class Sandbox:
         with self._lock:
             warm = {p: len(q) for p, q in self._warm.items()}
         return {"ok": ok, "tier": tier, "limits": self.limits, "launcher": self.launcher,
+                "idle_cpu": self._cgroups is not None and self._cgroups.idle_group is not None,
                 "probes": list(self._probe_report), "warm": warm}
 
     # ------------------------------------------------------------------ warm pool

@@ -42,25 +42,32 @@ def _start(env: dict[str, str], tmp: Path) -> tuple[subprocess.Popen[bytes], str
 
 
 def _cgroup_parents_named(pid: int) -> list[Path]:
-    host = CgroupHost.detect()
+    """The service's groups in every hierarchy it uses, the idle CPU group's included."""
+    host = CgroupHost.detect(idle_cpu=True)
     if host is None:
         return []
     bases = [p.parent for p in host.parents.values()]
+    if host.idle_group is not None:
+        bases.append(host.idle_group.parent)
     host.close()
     return [d for base in bases for d in base.glob(f"scaling-grader-cases-{pid}-*")]
 
 
 @pytest.mark.slow
 @pytest.mark.serial  # counts control groups on the host
+@pytest.mark.parametrize("idle", [False, True], ids=["", "idle-cpu"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_stop_signal_leaves_no_staging_directory_or_control_group(tmp_path: Path, sig: int) -> None:
-    process, url = _start({}, tmp_path)
+def test_stop_signal_leaves_no_staging_directory_or_control_group(tmp_path: Path, sig: int, idle: bool) -> None:
+    process, url = _start({"SCALING_GRADER_SANDBOX__IDLE_CPU": "true"} if idle else {}, tmp_path)
     try:
         wait_until_up(url, process, timeout=60)
         ready = httpx.get(url + "/readyz", timeout=120).json()  # probes the tiers: children start
         assert "sandbox" in str(ready)
         if CgroupHost.detect() is not None:  # (a throwaway host of this test process)
-            assert _cgroup_parents_named(process.pid)  # something to clean up at the stop
+            made = _cgroup_parents_named(process.pid)
+            assert made  # something to clean up at the stop
+            if idle:  # its idle CPU group too, in the cpu hierarchy (v1) or as the parent itself (v2)
+                assert any((d / "cpu.idle").exists() for d in made)
         process.send_signal(sig)
         process.wait(timeout=60)
     finally:

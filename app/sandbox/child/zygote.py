@@ -24,8 +24,9 @@ sandbox (tiers/gvisor_lane.py), where
 no fd can be handed in or out: it reads its requests from a unix socket it connects to, and each
 leader connects its case's stdin, stdout, stderr, result channel and its own link to the service
 to the same socket, each tagged with the case's token. The leader stays root outside the case's
-pid namespace, kills the case's pid 1 when the service closes its link, and exits only once no
-process of the case's uid is left in the sandbox; pid 1 keeps root until the harness's ``main()``
+pid namespace, kills the case's pid 1 when the service closes its link or when the case holds
+more memory than it may (_CaseMemory, counted every 20 ms once the case has been sent), and exits
+only once no process of the case's uid is left in the sandbox; pid 1 keeps root until the harness's ``main()``
 splits into the reporter's and the runner's uids (gVisor's kernel lets a process signal its
 namespace's init when the uids match)."""
 # ruff: noqa: F821 - arm_seccomp_first(), main(), _import_profile(), load_libseccomp(), compile_seccomp() and
@@ -36,10 +37,12 @@ import ctypes
 import gc
 import json
 import os
+import re
 import select
 import signal
 import socket
 import sys
+import time
 
 _NEW_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000)
 # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWPID | NEWNET
@@ -52,6 +55,37 @@ _CASE_FDS = 4  # stdin, stdout, stderr, result channel
 _LINK_FD = 4  # gvisor: the leader's own connection to the service
 _MNT_DETACH = 2
 _GVISOR_REPORTER_UID = 65533  # the reporter inside gVisor (the runner takes the case's uid)
+# gvisor: calls a lane's case is refused on top of the deny-list, so that the memory a case holds
+# is where its leader can count it: memfd_create (an unlinked file in no size-capped file system,
+# held by a descriptor; EPERM), fcntl F_SETPIPE_SZ (pipe buffers of 1 MiB; EPERM), and setting
+# extended attributes (setxattr, lsetxattr, fsetxattr: gVisor's tmpfs keeps their values in its
+# kernel's heap, outside the tmpfs size cap and every process's count; EOPNOTSUPP, what a file
+# system without them answers, which copying code such as shutil's passes over). Per
+# architecture: (memfd_create,), (the three setxattr calls), fcntl.
+_LANE_NUMBERS = {"x86_64": ((319,), (188, 189, 190), 72), "aarch64": ((279,), (5, 6, 7), 25),
+                 "riscv64": ((279,), (5, 6, 7), 25)}
+_EOPNOTSUPP = 95
+_UNFOUND_LOOKS = 3  # looks in a row a group's threads may be out of sight before it counts as hiding
+_THREAD_SEARCH = 256  # pids above a thread group's exited leader searched for its live threads
+_SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19  # totals of the caller's IPC namespace
+# What gVisor's kernel holds per message and per semaphore beyond the bytes queued (generous:
+# 1000 sets of 32000 semaphores took 169 MiB of a lane's group, about 5.5 bytes each)
+_MSG_OVERHEAD, _SEM_BYTES, _SEM_SET_BYTES = 256, 16, 1024
+_F_SETPIPE_SZ = 1031
+# How long a lane's leader waits for its case's processes to be gone (the service waits 10 s for
+# its answer before it ends the whole lane)
+_CLEANUP_SECONDS = 6.0
+_LANE_FILTER: list = []  # built once by the zygote, loaded by each case's pid 1
+_ZYGOTE_VM: list = []  # the zygote's (VmSize, VmRSS, VmData) in kB, as every fork of it starts
+
+
+class _ShmInfo(ctypes.Structure):
+    _fields_ = [("used_ids", ctypes.c_int), ("shm_tot", ctypes.c_ulong), ("shm_rss", ctypes.c_ulong),
+                ("shm_swp", ctypes.c_ulong), ("swap_attempts", ctypes.c_ulong), ("swap_successes", ctypes.c_ulong)]
+
+
+class _IpcInts(ctypes.Structure):  # struct msginfo and struct seminfo: ten ints at most
+    _fields_ = [("v", ctypes.c_int * 10)]
 
 
 def _reap_finished():
@@ -191,11 +225,12 @@ def _uid_tasks(uid):
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/status") as f:
-                    if any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in f):
-                        pids.append(int(entry))
-            except (OSError, ValueError):
-                pass
+                with open(f"/proc/{entry}/status", "rb") as f:
+                    real = _status_field(f.read(4096), b"Uid").split()[:1]  # (not a name's forged line)
+            except OSError:
+                continue
+            if real == [b"%d" % uid]:
+                pids.append(int(entry))
     return pids
 
 
@@ -205,6 +240,210 @@ def _rmdir_failed(path):
     except OSError:
         return True
     return False
+
+
+def _prepare_lane_filter():
+    """The lane's extra filter (see _LANE_NUMBERS), as classic BPF, built once by the zygote."""
+    machine = os.uname().machine
+    arch, x32, _ = _ARCHES[machine]
+    refused, unsupported, fcntl = _LANE_NUMBERS[machine]
+    refuse = _ret_errno(1)  # EPERM
+    prog = [(_LD_W_ABS, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _ret_errno(38)), (_LD_W_ABS, 0, 0, 0)]
+    if x32:
+        prog += [(_JGE, 0, 1, 0x40000000), (_RET, 0, 0, _ret_errno(38))]
+    for nr in refused:
+        prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, refuse)]
+    for nr in unsupported:
+        prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _ret_errno(_EOPNOTSUPP))]
+    prog += [(_JEQ, 0, 3, fcntl), (_LD_W_ABS, 0, 0, 16 + 8 * 1), (_JEQ, 0, 1, _F_SETPIPE_SZ), (_RET, 0, 0, refuse),
+             (_RET, 0, 0, _RET_ALLOW)]
+    _LANE_FILTER.append((_Instruction * len(prog))(*prog))
+
+
+def _install_lane_filter(libc):
+    insns = _LANE_FILTER[0]
+    fprog = _Program(len(insns), ctypes.cast(insns, ctypes.POINTER(_Instruction)))
+    _check(libc.prctl(22, 2, ctypes.byref(fprog), 0, 0), "lane filter")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
+_VM = re.compile(rb"Vm(Size|RSS|Data):\s*(\d+)")
+
+
+def _vm_kib(text):
+    """VmSize, VmRSS and VmData (kB) from the text of a /proc status file."""
+    vm = dict(_VM.findall(text))
+    return int(vm.get(b"Size", 0)), int(vm.get(b"RSS", 0)), int(vm.get(b"Data", 0))
+
+
+def _status_field(text, name):
+    """The value of line name of a /proc status file (b"" if none). The last such line: a task's
+    name, on the first line, is its own to choose (PR_SET_NAME) and shown as it is, so a line
+    that says "(zombie)", or a line break and a line of its own making, may come earlier."""
+    found = re.findall(rb"^%s:[ \t]*(.*)$" % name, text, re.M)
+    return found[-1] if found else b""
+
+
+def _dying(text):
+    """Whether the State line of a task's status says it has exited: "Z (zombie)" or "X (dead)"."""
+    state = _status_field(text, b"State")
+    return b"(zombie)" in state or b"(dead)" in state
+
+
+def _zombie(text):
+    return b"(zombie)" in _status_field(text, b"State")
+
+
+def _own_vm_kib():
+    with open("/proc/self/status", "rb") as f:
+        return _vm_kib(f.read())
+
+
+class _CaseMemory:
+    """What a lane's case holds in gVisor's kernel, as its leader counts it (bytes): for each
+    process of its pid namespace, its resident pages (those it shares copy-on-write with the
+    zygote and its other forks included: they become its own as either writes, and charging them
+    only beyond the zygote's let a fork bomb hold 1.8 GiB more than it was charged), plus the
+    address space of its mappings that are not private and writable beyond the zygote's (a
+    shared mapping another process filled holds pages that are in no resident count: this counts
+    it by its size); plus the SysV shared memory, message queues and semaphores of its IPC
+    namespace (the leader's own). A page two processes share is counted twice (never once too
+    few); a process that gives up mappings it started with can map as much shared memory
+    uncounted (at most the zygote's own, which the lane's group leaves room for); tmpfs and pipes
+    are bounded apart (their size caps, and the lane filter: _LANE_NUMBERS; see docs/sandbox.md).
+
+    Each look costs few system calls, since each is slow when the case keeps the CPU busy (a look
+    waits its turn for every call): the status file of each process is opened once and read
+    again in place (gVisor regenerates it at offset 0; a process that has gone reads as dead,
+    and the open file is its task's, never a reused pid's)."""
+
+    def __init__(self, libc, case_proc):
+        self.libc = libc
+        self.case_proc = case_proc
+        size, _, data = _ZYGOTE_VM[0]
+        self.base_mapped = size - data
+        self.files = {}  # pid (the case's namespace's) -> (its open status file, what it held)
+        self.uncountable = False  # a process held memory the count could not see
+        self.unfound = {}  # pid -> looks in a row its exited leader's live threads were not found
+        self.shm, self.ints = _ShmInfo(), _IpcInts()
+
+    def _held(self, text):
+        size, rss, data = _vm_kib(text)
+        return (rss + max(0, size - data - self.base_mapped)) << 10
+
+    def _ipc(self):
+        total = 0
+        if self.libc.shmctl(0, _SHM_INFO, ctypes.byref(self.shm)) >= 0:
+            total += self.shm.shm_tot * 4096  # pages, touched or not
+        if self.libc.msgctl(0, _MSG_INFO, ctypes.byref(self.ints)) >= 0:
+            v = self.ints.v  # msgpool (queues), msgmap (messages), ..., msgtql (bytes)
+            total += max(v[6], 0) + max(v[1], 0) * _MSG_OVERHEAD + max(v[0], 0) * _MSG_OVERHEAD
+        if self.libc.semctl(0, 0, _SEM_INFO, ctypes.byref(self.ints)) >= 0:
+            v = self.ints.v  # ..., semusz (sets, index 7), ..., semaem (semaphores, index 9)
+            total += max(v[9], 0) * _SEM_BYTES + max(v[7], 0) * _SEM_SET_BYTES
+        return total
+
+    def _live_thread(self, entry):
+        """The status of a thread of process entry that still runs; b"" if it has none; None if
+        it has threads this cannot find. gVisor lists neither such a process's task directory nor
+        its threads in /proc, though /proc/<tid> of each answers: tids are looked for just above
+        the leader's pid (where the threads it made while it lived are, unless the case has
+        made and ended many tasks since)."""
+        threads = _status_field(self._zombie_text(entry), b"Threads")
+        if not threads.isdigit() or int(threads) <= 1:
+            return b""
+        pid = int(entry)
+        exiting = False
+        for tid in range(pid + 1, pid + 1 + _THREAD_SEARCH):
+            try:
+                with open(f"{self.case_proc}/{tid}/status", "rb") as f:
+                    text = f.read(4096)
+            except OSError:
+                continue
+            if _status_field(text, b"Tgid") != b"%d" % pid:
+                continue
+            if not _dying(text):
+                return text
+            exiting = True
+        # Threads of the group found, every one ending: the whole group is exiting (a CPU limit
+        # or a kill reached it), and what it held is being given back, not hidden.
+        return b"" if exiting else None
+
+    def _unfound(self, entry):
+        """Whether process entry's live threads have now been missed for _UNFOUND_LOOKS looks in
+        a row: a group that a CPU limit or a kill is ending can show its leader exited and its
+        thread count not yet down while no thread of it is left to read, for a moment; a group
+        whose threads stay out of sight is hiding what it holds."""
+        self.unfound[entry] = self.unfound.get(entry, 0) + 1
+        return self.unfound[entry] >= _UNFOUND_LOOKS
+
+    def _uncountable(self, limit):
+        """What measure answers for memory it cannot count: past any allowance."""
+        self.uncountable = True
+        return limit + 1 if limit != float("inf") else 0
+
+    def _zombie_text(self, entry):
+        try:
+            with open(f"{self.case_proc}/{entry}/status", "rb") as f:
+                return f.read(4096)
+        except OSError:
+            return b""
+
+    def measure(self, limit):
+        """The case's count, or, as soon as what has been counted passes limit, that much: the
+        largest processes are read first, so a case past its allowance is found early."""
+        total = self._ipc()
+        for entry, (fd, _) in sorted(self.files.items(), key=lambda item: -item[1][1]):
+            if total > limit:
+                return total
+            try:
+                text = os.pread(fd, 4096, 0)
+            except OSError:
+                text = b""
+            if _zombie(text):
+                # A thread-group leader that exited while its other threads run: gVisor shows it
+                # as a zombie holding nothing, though the group's memory is all there. Counted
+                # through a live thread of the group (each one's status shows the group's pages);
+                # one that cannot be found is memory that cannot be counted: over the allowance.
+                text = self._live_thread(entry)
+                if text is None:
+                    if self._unfound(entry):
+                        return self._uncountable(limit)
+                    total += self.files[entry][1]  # what it held at the last look, meanwhile
+                    continue
+            self.unfound.pop(entry, None)
+            if not text or _dying(text):
+                os.close(fd)
+                del self.files[entry]
+                continue
+            held = self._held(text)
+            self.files[entry] = (fd, held)
+            total += held
+        try:
+            entries = os.listdir(self.case_proc)
+        except OSError:
+            entries = []
+        for entry in entries:  # processes forked since the last look
+            if total > limit:
+                return total
+            if entry.isdigit() and entry not in self.files:
+                try:
+                    fd = os.open(f"{self.case_proc}/{entry}/status", os.O_RDONLY | os.O_CLOEXEC)
+                    text = os.pread(fd, 4096, 0)
+                except OSError:
+                    continue
+                if _zombie(text):
+                    live = self._live_thread(entry)
+                    if live is None:
+                        os.close(fd)  # looked at afresh next time
+                        if self._unfound(entry):
+                            return self._uncountable(limit)
+                        continue
+                    text = live or text
+                self.unfound.pop(entry, None)
+                held = self._held(text)
+                self.files[entry] = (fd, held)
+                total += held
+        return total
 
 
 def _gvisor_leader(libc, zcfg, token, pid, uid):
@@ -218,37 +457,70 @@ def _gvisor_leader(libc, zcfg, token, pid, uid):
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     watched = [_LINK_FD, wake_r]
+    case_proc = _case_root_path(zcfg, token) + "/proc"
+    memory = _CaseMemory(libc, case_proc)
+    limit = None  # set when the service has sent the case (a byte on the link): from then on,
+    # the case's memory is watched, counted from its warm state
+    killed = over = False
+    peak = 0  # the most it held beyond its warm state
     status = None
     while status is None:
         got, raw = os.waitpid(pid, os.WNOHANG)
         if got == pid:
             status = raw
             break
-        ready, _, _ = select.select(watched, [], [])
+        ready, _, _ = select.select(watched, [], [], None if limit is None or killed else zcfg["watch_seconds"])
         if _LINK_FD in ready:
-            os.kill(pid, signal.SIGKILL)
-            watched = [wake_r]
+            try:
+                said = os.read(_LINK_FD, 64)
+            except OSError:
+                said = b""
+            if not said:  # the service ends the case
+                if not killed:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+                watched = [wake_r]
+            elif limit is None:
+                limit = memory.measure(float("inf")) + zcfg["case_memory_bytes"]
+                if memory.uncountable:  # already, as the case began: ended below as over
+                    limit = 0
         if wake_r in ready:
             os.read(wake_r, 512)
-    case_proc = _case_root_path(zcfg, token) + "/proc"
-    for _ in range(500):  # the kernel kills the namespace with its init; wait until it has
-        # Every process of the case is in its pid namespace (the filter refuses new ones), so an
-        # empty namespace is the end of the case; what is left is killed by uid meanwhile.
-        if not _case_tasks_left(case_proc):
-            break
-        for task in _uid_tasks(uid):
-            with contextlib.suppress(OSError):
-                os.kill(task, signal.SIGKILL)
-        select.select([], [], [], 0.002)
-    else:
-        os._exit(99)  # the service sees an unclean end and discards the whole sandbox
+        if limit is not None and not killed:
+            used = memory.measure(limit)
+            peak = max(peak, used - limit + zcfg["case_memory_bytes"])
+            if used > limit:
+                # Past its allowance: the whole case goes (pid 1, and with it its namespace)
+                # before gVisor's kernel, and every other case in it, runs out of memory.
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+                over = True
+    # The kernel kills the namespace with its init; wait until it has. Every process of the case
+    # is in its pid namespace (the filter refuses new ones), so an empty namespace is the end of
+    # the case. Looking costs one directory read; what is left is also killed by uid now and then
+    # (that reads the status of every process of the sandbox, all cases': on a busy machine a
+    # sweep per look kept a leader past the service's patience, which then ended the whole lane).
+    deadline = time.monotonic() + _CLEANUP_SECONDS
+    sweep = time.monotonic() + 0.05
+    while _case_tasks_left(case_proc):
+        now = time.monotonic()
+        if now > deadline:
+            os._exit(99)  # the service sees an unclean end and discards the whole sandbox
+        if now > sweep:
+            for task in _uid_tasks(uid):
+                with contextlib.suppress(OSError):
+                    os.kill(task, signal.SIGKILL)
+            sweep = time.monotonic() + 0.25
+        select.select([], [], [], 0.005)
     root = _case_root_path(zcfg, token)
     # (no root when the case failed before making it)
     if os.path.isdir(root) and (libc.umount2(root.encode(), _MNT_DETACH) != 0 or _rmdir_failed(root)):
         os._exit(98)  # the same: nothing of a case may stay for the next
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    # "clean <status>[ memory <peak bytes>]": the leader ended the case for its memory
+    word = f" memory {peak}" if over else ""
     with contextlib.suppress(OSError):
-        os.write(_LINK_FD, f"clean {code}\n".encode())
+        os.write(_LINK_FD, f"clean {code}{word}\n".encode())
     os._exit(0)
 
 
@@ -273,6 +545,7 @@ def _case_leader(zcfg, req, fds):
         _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")
         _gvisor_case_root(libc, zcfg, uid, req["token"])
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        _install_lane_filter(libc)
         # Root until main() forks: the reporter and the runner each drop to their own uid.
         cfg = dict(req["cfg"], result_fd=_RESULT_FD, reporter_uid=_GVISOR_REPORTER_UID, runner_uid=uid)
         sys.argv[1:] = [json.dumps(cfg)]
@@ -317,7 +590,14 @@ def _gvisor_zygote_loop(zcfg, control):
     """The zygote's loop inside gVisor: requests are JSON lines on the control connection; a
     leader connects its case's channels itself (_connect_case)."""
     requests = control.makefile("rb")
-    control.sendall(b'{"kind": "ready"}\n')
+    # One malloc arena in every fork (mallopt M_ARENA_MAX): glibc reserves 64 MiB of address space
+    # (PROT_NONE) for each further arena a new thread gets, which a case's leader would count as
+    # mappings beyond the zygote's (_CaseMemory): eight threads were counted as 512 MiB a process.
+    ctypes.CDLL(None).mallopt(-8, 1)
+    _ZYGOTE_VM.append(_own_vm_kib())
+    size, rss, data = _ZYGOTE_VM[0]
+    # what each process of a case starts with (the service sizes the lane's control group by it)
+    control.sendall(json.dumps({"kind": "ready", "rss": rss << 10, "mapped": (size - data) << 10}).encode() + b"\n")
     for line in requests:
         _reap_finished()
         if _threads() != 1:
@@ -365,6 +645,7 @@ def zygote_main():
     # so copy) every page of it.
     gc.freeze()
     if zcfg["fork"] == "lane":
+        _prepare_lane_filter()
         os.mkdir(zcfg["cases_dir"], 0o711)  # traversable, not listable: each case's root by path only
         _gvisor_zygote_loop(zcfg, control)
     # A pidfd of itself: the service learns the zygote's pid as the host sees it (for its

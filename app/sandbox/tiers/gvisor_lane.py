@@ -11,12 +11,17 @@ root-only directory of the lane's, bound read-only into the sandbox: the zygote 
 for its requests, and each case's leader connects its case's stdin, stdout, stderr, result
 channel and its own link, each naming the case by a random token. Closing the link ends the case:
 the leader kills the case's pid 1 (and with it the case's pid namespace) and closes the link
-once no process of the case's uid is left."""
+once no process of the case's uid is left. Once the case has been sent (a byte on the link), the
+leader also counts what the case holds and ends it past SANDBOX__CASE_MEMORY_BYTES, saying so when
+it closes the link (verdict ``memory``): no case can exhaust the lane's memory, which every case
+in it shares."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import os
 import secrets
 import select
@@ -39,11 +44,37 @@ if TYPE_CHECKING:
     from app.sandbox.uids import UidPool
     from app.settings import SandboxSettings
 
+log = logging.getLogger(__name__)
+
 _SOCKET = "zygote.sock"
 _ROLES = 5  # stdin, stdout, stderr, result channel, the leader's link (child/zygote._connect_case)
 _TOKEN_BYTES = 8
 _HELLO = 2 * _TOKEN_BYTES + 3  # "<token hex>:<role>\n"
 _REPLY_TIMEOUT = 10.0
+# How often a case's leader counts what the case holds (child/zygote._CaseMemory) once it has
+# its case; what a case can add between two looks, and hold where the count does not see it,
+# is what the lane's control group keeps room for beyond each case's allowance (_lane_memory).
+WATCH_SECONDS = 0.02
+# Measured (docs/sandbox.md, "Limits of a forked case"): the most a case held past its
+# allowance before its leader ended it, for a fork bomb of allocating processes; with a margin.
+OVERSHOOT_BYTES = 1024**3
+_PIPE_BYTES = 64 * 1024  # a pipe's buffer in gVisor (the lane filter refuses F_SETPIPE_SZ)
+_MQUEUE_BYTES = 256 * 10 * 8192  # POSIX message queues of an IPC namespace at gVisor's limits
+
+
+class _CaseStdin(io.FileIO):
+    """A case's stdin. Closing it (the case has been sent) also tells the case's leader to
+    begin counting the case's memory, from the warm state it is in."""
+
+    def __init__(self, fd: int, link: socket.socket) -> None:
+        super().__init__(fd, "wb")
+        self._link = link
+
+    def close(self) -> None:
+        if not self.closed:
+            with contextlib.suppress(OSError):
+                self._link.send(b"a")
+        super().close()
 
 
 class CaseLink:
@@ -63,6 +94,7 @@ class CaseLink:
         self.stderr: IO[bytes] | None = stderr
         self.returncode: int | None = None
         self.clean = False
+        self.memory_peak: int | None = None  # set when the leader ended the case for its memory
         self._said = b""
 
     def _exited(self, timeout: float | None) -> bool:
@@ -81,10 +113,13 @@ class CaseLink:
             if data and len(self._said) < 64:
                 self._said += data
                 continue
-            # "clean <status>": the leader saw the case's namespace empty and its root removed
-            word, _, code = self._said.strip().partition(b" ")
-            self.clean = word == b"clean" and code.isdigit()
-            self.returncode = int(code) if self.clean else -signal.SIGKILL
+            # "clean <status>[ memory <bytes>]": the leader saw the case's namespace empty and its
+            # root removed (and had ended the case, past its memory allowance, holding that much)
+            words = self._said.split()
+            self.clean = len(words) >= 2 and words[0] == b"clean" and words[1].isdigit()
+            self.returncode = int(words[1]) if self.clean else -signal.SIGKILL
+            if self.clean and words[2:3] == [b"memory"] and words[3:4] and words[3].isdigit():
+                self.memory_peak = int(words[3])
             self.link.close()
             return True
 
@@ -103,6 +138,8 @@ class CaseLink:
             rest = None if timeout is None else max(timeout - grace, 0.0)
             if not self._exited(rest):
                 # The leader did not end its case: nothing of the lane is trusted any longer.
+                log.warning("gVisor lane (runsc %d): a case's leader did not answer in time; stopping the lane",
+                            self.pid)
                 self.lane.stop()
                 raise subprocess.TimeoutExpired("case leader", timeout or 0)
         assert self.returncode is not None
@@ -123,6 +160,7 @@ class GvisorZygote:
         self.policy = rs.policy(plan, sb, seccomp, fork_server=True)
         self._lock = threading.Lock()  # one fork at a time: its connections are accepted in turn
         self._stopped = False
+        self._death_noted = False
         self.lanedir = owned_tempdir(CASE_PREFIX, 0o700)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.popen: subprocess.Popen[bytes] | None = None
@@ -148,9 +186,24 @@ class GvisorZygote:
         sb = self.sb
         cases = sb.warm_pool_size + sb.max_concurrent_cases
         cgroup = cgroups.create()
-        cgroup.set_memory_limit(sb.warm_memory_bytes + cases * sb.case_memory_bytes)
+        # Until the zygote says what its mappings take (then lowered: cgroup v1 refuses to raise the
+        # limit above its swap-inclusive twin, set at the same value), the most they can take.
+        cgroup.set_memory_limit(self._lane_memory(cases, sb.warm_memory_bytes))
         cgroup.set_task_limit(self.policy.host_tasks + cases * (sb.warm_max_tasks + sb.max_processes))
         return cgroup
+
+    def _lane_memory(self, cases: int, zygote: int) -> int:
+        """The lane group's memory limit: the zygote, and for each case its allowance, what it can
+        add between two looks of its leader (OVERSHOOT_BYTES), and what it can hold where the
+        leader does not count it: per process, as much as the zygote's resident pages and mappings
+        (``zygote``; the count charges mappings only beyond the zygote's) and full pipe buffers;
+        per case, POSIX message queues. (tmpfs pages are the size caps': in the allowance of a started
+        case, here counted apart.)"""
+        sb = self.sb
+        per_process = zygote + sb.max_open_files * _PIPE_BYTES
+        per_case = (sb.case_memory_bytes + OVERSHOOT_BYTES + sb.max_processes * per_process + _MQUEUE_BYTES
+                    + sb.tmpfs_bytes + sb.shm_bytes)
+        return sb.warm_memory_bytes + cases * per_case
 
     def _start(self, runsc: str) -> None:
         plan, sb = self.plan, self.sb
@@ -170,6 +223,8 @@ class GvisorZygote:
             "sys_path": [SITE_IN_SANDBOX],
             "control_socket": f"{rs.RESULT_DIR}/{_SOCKET}",
             "cases_dir": "/tmp/cases",  # on the sandbox's own /tmp, which no case sees
+            "case_memory_bytes": sb.case_memory_bytes,
+            "watch_seconds": WATCH_SECONDS,
             # what each case's root binds in, and the merged-/usr links it recreates
             "binds": [m.target for m in views if m.kind == "bind"],
             "symlinks": [(m.target, m.source) for m in views if m.kind == "symlink"],
@@ -199,6 +254,9 @@ class GvisorZygote:
         reply = self._reply(sb.start_timeout_seconds)
         if reply.get("kind") != "ready":
             raise SandboxFault(f"fork server failed to start: {reply.get('error') or 'no message'}")
+        rss, mapped = reply.get("rss"), reply.get("mapped")
+        if self.cgroup is not None and isinstance(rss, int) and isinstance(mapped, int) and min(rss, mapped) >= 0:
+            self.cgroup.set_memory_limit(self._lane_memory(sb.warm_pool_size + sb.max_concurrent_cases, rss + mapped))
 
     def _reply(self, timeout: float) -> dict[str, Any]:
         assert self.control is not None
@@ -216,14 +274,46 @@ class GvisorZygote:
         return reply if isinstance(reply, dict) else {"kind": "failed"}
 
     def alive(self) -> bool:
-        """Its sandbox runs and the zygote has not hung up (it never speaks unasked)."""
-        if self._stopped or self.popen is None or self.popen.poll() is not None or self.control is None:
+        """Its sandbox runs and the zygote has not hung up (it never speaks unasked). Any thread
+        may ask (the pool, of a warm child's origin; the fork servers, before a fork). While a
+        fork request is in flight its answer may be waiting unread: that is not the zygote
+        speaking unasked, and the request itself learns whether the zygote answers. (Found: a
+        thread that asked in that moment took a healthy lane for dead, and the lane was stopped
+        with every case running in it, which then ended as sandbox faults.)"""
+        if not self._lock.acquire(blocking=False):
+            return not self._stopped and self.popen is not None and self.popen.poll() is None
+        try:
+            return self._alive_locked()
+        finally:
+            self._lock.release()
+
+    def _alive_locked(self) -> bool:
+        if self._stopped or self.popen is None or self.control is None:
+            return False
+        if self.popen.poll() is not None:
+            self._note_death()
             return False
         try:
             ready, _, _ = select.select([self.control], [], [], 0)
         except (OSError, ValueError):
             return False
+        if ready:
+            self._note_death()
         return not ready
+
+    def _note_death(self) -> None:
+        """Log, once, how a lane that nobody stopped ended: runsc's exit status and the last of
+        what the sandbox wrote (the zygote's traceback, gVisor's own messages), which say why."""
+        if self._death_noted or self.popen is None:
+            return
+        self._death_noted = True
+        said = b""
+        if self.popen.stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                os.set_blocking(self.popen.stderr.fileno(), False)
+                said = self.popen.stderr.read(1 << 16) or b""
+        log.warning("gVisor lane (runsc %d) ended by itself: exit status %s; it wrote: %s", self.pid,
+                    self.popen.poll(), said[-2000:].decode(errors="replace").strip() or "nothing")
 
     def _accept_case(self, token: str, deadline: float) -> dict[int, socket.socket]:
         """The case's connections (by role), which its leader makes right after the fork."""
@@ -267,7 +357,7 @@ class GvisorZygote:
         request = {"token": token, "uid": uid, "cfg": cfg}
         try:
             with self._lock:
-                if not self.alive():
+                if not self._alive_locked():
                     raise SandboxFault("the fork server is gone")
                 assert self.control is not None
                 try:
@@ -287,7 +377,7 @@ class GvisorZygote:
             self.stop()
             uids.give_back(uid)
             raise
-        stdin = os.fdopen(conns[0].detach(), "wb")
+        stdin = io.BufferedWriter(_CaseStdin(conns[0].detach(), conns[4]))
         stdout, stderr = (os.fdopen(conns[i].detach(), "rb") for i in (1, 2))
         for f in (stdout, stderr):
             os.set_blocking(f.fileno(), False)
@@ -297,8 +387,18 @@ class GvisorZygote:
             """Runs first in destroy: the case's processes and root are gone when it returns."""
             process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(10)
-            return {"case_namespace_emptied": process.clean}
+                process.wait(10)  # (past it, the whole lane is stopped: CaseLink.wait)
+            if not process.clean and self.alive():
+                # Its leader could not see the case's processes gone and its root removed: they
+                # may still run, under a uid a later case of this lane would get. The lane goes.
+                log.warning("gVisor lane (runsc %d): a case did not end cleanly; stopping the lane", self.pid)
+                self.stop()
+            facts: dict[str, Any] = {"case_namespace_emptied": process.clean}
+            if process.memory_peak is not None:
+                # its leader ended it past SANDBOX__CASE_MEMORY_BYTES: the verdict is "memory",
+                # as for a started case whose control group's OOM killer struck
+                facts.update(oom_kills=1, memory_peak_bytes=process.memory_peak)
+            return facts
 
         child = Child(process, conns[3].detach(), rs.NAME, self.seccomp, self.profile, uid, None,
                       time.monotonic(), None, max_message_bytes(sb), teardown=teardown, forked=True,
