@@ -298,11 +298,16 @@ down() {
   export TENANTS_FILE=${TENANTS_FILE:-$PWD/$STATE/tenants.toml} BOOK_MIRROR=${BOOK_MIRROR:-$PWD/$STATE/no-mirror}
   # With the test overlay too, so its services go as well.
   COMPOSE_FILES+=(-f "$TEST_OVERLAY")
-  compose down --volumes --remove-orphans --timeout 5 >&2
-  # workers started with `docker run` carry the project's labels; remove any left over
-  local left
-  left=$(worker_containers)
-  [ -z "$left" ] || docker rm -f $left >/dev/null
+  # Workers started with `docker run` carry the project's labels: removed first, whatever state a
+  # failed test left them in (paused, cut from the network), since a network that still has a
+  # container on it makes `compose down` fail, and under `set -e` that ended this function (the
+  # EXIT trap of `test` included) with the whole stack left running.
+  local left status=0
+  # (a failed listing too: under `set -e` and pipefail it would end this function right here)
+  left=$(worker_containers) || status=$?
+  [ -z "$left" ] || docker rm -f $left >/dev/null || status=$?
+  compose down --volumes --remove-orphans --timeout 5 >&2 || status=$?
+  return $status
 }
 
 run_tests() {

@@ -17,8 +17,11 @@ from __future__ import annotations
 import math
 import re
 import sys
+from pathlib import Path
 
 import yaml
+
+ROOT = Path(__file__).resolve().parents[1]  # the compose file's directory
 
 IGNORED = {"build", "depends_on", "healthcheck"}  # built already; started after redis; image's own
 
@@ -34,6 +37,18 @@ def _volume(spec: str, project: str, named: set[str]) -> str:
     if source in named:  # a named volume of the project
         source = f"{project}_{source}"
     return f"{source}:{rest}"
+
+
+def security_opt(opt: str) -> str:
+    """One security option for the CLI. Compose v1 writes a seccomp profile as seccomp:PATH, PATH as
+    the compose file gives it; the CLI reads the profile itself, relative to its working directory,
+    so a relative PATH is made absolute against the compose file's directory (as Compose v2 does)."""
+    name, sep, value = opt.partition("=") if opt.startswith("seccomp=") else opt.partition(":")
+    if name != "seccomp" or not sep:
+        return opt
+    if value != "unconfined" and not Path(value).is_absolute():
+        value = str(ROOT / value)
+    return f"seccomp={value}"
 
 
 def duration_seconds(text: str) -> int:
@@ -75,8 +90,8 @@ def run_args(config: dict, project: str, number: int) -> list[str]:
         elif key == "cap_add":
             args += [a for cap in value for a in ("--cap-add", cap)]
         elif key == "security_opt":
-            # compose v1 writes seccomp:PATH; the CLI reads the profile from PATH itself
-            args += [a for opt in value for a in ("--security-opt", opt.replace("seccomp:", "seccomp=", 1))]
+            # the worker's own seccomp profile (deploy/worker-seccomp.json) among them
+            args += [a for opt in value for a in ("--security-opt", security_opt(opt))]
         elif key == "read_only":
             args += ["--read-only"] if value else []
         elif key == "user":

@@ -107,7 +107,8 @@ def test_compose_v1_worker_translation_keeps_every_hardening_option() -> None:
     args = run_args(config, "proj", 3)
     pairs = set(itertools.pairwise(args))
     assert {("--cap-drop", "ALL"), ("--user", "0:0"), ("--pids-limit", "4096"), ("--memory", "8g"),
-            ("--security-opt", "no-new-privileges:true"), ("--security-opt", "seccomp=unconfined"),
+            ("--security-opt", "no-new-privileges:true"),
+            ("--security-opt", f"seccomp={ROOT / 'deploy' / 'worker-seccomp.json'}"),
             ("--security-opt", "apparmor=unconfined"), ("--tmpfs", "/run:size=16m,mode=0755"),
             ("--name", "proj_worker_3"), ("--network", "proj_default"), ("--env", "A=1"),
             ("--label", "com.docker.compose.service=worker")} <= pairs

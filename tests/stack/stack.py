@@ -127,7 +127,13 @@ class Stack:
         return next(c for c in self.containers("worker", running=False) if c.startswith(host))
 
     def job_worker(self, job_id: str) -> str:
+        """The lane running a job (RQ drops the job's record once it has succeeded)."""
         return self.redis_cli("hget", f"rq:job:{job_id}", "worker_name")
+
+    def jobs_succeeded(self, lane_name: str) -> int:
+        """The jobs a lane has finished, by RQ's own count in the worker's record."""
+        count = self.redis_cli("hget", f"rq:worker:{lane_name}", "successful_job_count")
+        return int(count) if count.isdigit() else 0
 
 
 def submit(client: httpx.Client, completion_text: str, request_id: str) -> str:

@@ -73,13 +73,14 @@ def test_worker_cut_off_the_network_has_its_job_finished_by_another(client: http
     try:
         # heartbeat 1 s, grace 2 s: well past it the job must be re-queued and finished elsewhere
         results = collect(client, [job_id], timeout=120)
-        finisher = stack.job_worker(job_id)
     finally:
         run("docker", "network", "connect", "--alias", "worker", stack.network, container, check=False)
     assert results, "the job of the cut-off worker was never finished"
     body = results[job_id]
     assert body["status"] == "finished" and body["result"]["reward"] == 1.0
-    assert finisher != holder and body["result"]["details"]["attempt"] >= 2
+    # re-run: finished by another worker (the holder was cut off until now; RQ drops a job's
+    # records once it succeeded, so the result's attempt says it)
+    assert body["result"]["details"]["attempt"] >= 2
     _restore(stack)
 
 
@@ -93,7 +94,8 @@ def test_scaling_workers_from_2_to_3_on_the_fly(client: httpx.Client, stack: Sta
         ids = [submit(client, RIGHT, f"scale-{tag}-{i}") for i in range(12)]
         results = collect(client, ids, timeout=300)
         assert len(results) == 12 and all(b["result"]["reward"] == 1.0 for b in results.values())
-        ran_on = {stack.worker_of(stack.job_worker(job_id)) for job_id in ids}
+        # (RQ drops a job's records once it succeeded: the workers' own counts say who ran jobs)
+        ran_on = {stack.worker_of(w["name"]) for w in stack.live_workers() if stack.jobs_succeeded(w["name"])}
         assert newcomer in ran_on, f"the new worker took none of the jobs (ran on {ran_on})"
     finally:
         stack.scale_workers(stack.workers)
