@@ -26,6 +26,7 @@ from rq.exceptions import StopRequested
 
 from app.extensions import load_extensions
 from app.graders.impl import sandbox_status
+from app.graders.judge import warm_clients
 from app.jobs import presence
 from app.redis_link import REDIS_ERRORS
 from app.sandbox.pool import shutdown_all
@@ -126,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                           "refused (sandbox_error), not run in a weaker sandbox", worker.name, sandbox["tier"],
                           sandbox["min_tier"])
             worker.sandbox_tier = sandbox.get("tier") or "unavailable"
+        if "judge" in queues:
+            log.info("lane %s: judge clients ready for %d allow-listed endpoints", worker.name,
+                     warm_clients(settings.judge))
         worker.presence = presence.record(worker.name, queues, sandbox, lane=args.lane, lanes=args.lanes)
         return work(worker, args.burst)
     finally:

@@ -12,6 +12,7 @@ the item is unscored. How the verdict is asked for and read is in judge_prompt.p
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -86,8 +87,11 @@ class JudgeTarget:
 def normalise_base_url(url: str) -> str:
     """Canonical form for allow-list comparison: lower-case scheme and host, no trailing slash.
     Credentials, queries and fragments are refused outright."""
+    url = url.strip()
+    if any(c < " " or c == "\x7f" for c in url):  # which the HTTP stack refuses (urlsplit drops some)
+        raise JudgeUnavailable("judge base_url must not hold control characters")
     try:  # urlsplit refuses an unclosed "[", .port one outside 0-65535 or not a number
-        parts = urlsplit(url.strip())
+        parts = urlsplit(url)
         port = parts.port
     except ValueError:
         raise JudgeUnavailable("judge base_url is not a valid URL (host or port)") from None
@@ -95,18 +99,28 @@ def normalise_base_url(url: str) -> str:
         raise JudgeUnavailable("judge base_url must be an http(s) URL")
     if parts.username or parts.password or parts.query or parts.fragment:
         raise JudgeUnavailable("judge base_url must not carry credentials, a query or a fragment")
-    netloc = parts.hostname.lower() + (f":{port}" if port else "")
+    host = parts.hostname.lower()
+    if ":" in host:  # an IPv6 address: its brackets back (hostname drops them)
+        host = f"[{host}]"
+    netloc = host + (f":{port}" if port else "")
     return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
 
 
-def _allowed(judge: JudgeSettings) -> set[str]:
+def _allowed(judge: JudgeSettings) -> frozenset[str]:
+    return _normalised_allow_list(tuple(judge.allowed_base_urls))
+
+
+@functools.lru_cache(maxsize=16)
+def _normalised_allow_list(urls: tuple[str, ...]) -> frozenset[str]:
+    """Read once per allow-list (every judge request asks): a malformed entry is logged once, not
+    with each request."""
     out = set()
-    for url in judge.allowed_base_urls:
+    for url in urls:
         try:
             out.add(normalise_base_url(url))
         except JudgeUnavailable:
             log.warning("ignoring malformed entry in the judge allow-list")
-    return out
+    return frozenset(out)
 
 
 def resolve_judge(options: GradeOptions, settings: Settings) -> JudgeTarget:
@@ -124,13 +138,16 @@ def resolve_judge(options: GradeOptions, settings: Settings) -> JudgeTarget:
     base_url = normalise_base_url(requested)
     if base_url not in _allowed(judge):
         raise JudgeUnavailable("judge base_url is not on the operator's allow-list")
-    if judge.api_key_env:
-        api_key = os.environ.get(judge.api_key_env, "")
-        if not api_key:
-            raise JudgeUnavailable("the judge API key is not configured on this server")
-    else:
-        api_key = KEYLESS_PLACEHOLDER
-    return JudgeTarget(model=model, base_url=base_url, api_key=api_key)
+    return JudgeTarget(model=model, base_url=base_url, api_key=_api_key(judge))
+
+
+def _api_key(judge: JudgeSettings) -> str:
+    if not judge.api_key_env:
+        return KEYLESS_PLACEHOLDER
+    api_key = os.environ.get(judge.api_key_env, "")
+    if not api_key:
+        raise JudgeUnavailable("the judge API key is not configured on this server")
+    return api_key
 
 
 def judge_problem(options: GradeOptions, settings: Settings) -> str | None:
@@ -176,6 +193,33 @@ def _client(target: JudgeTarget, timeout: float) -> openai.OpenAI:
             )
             _clients[key] = client
         return client
+
+
+def warm_clients(judge: JudgeSettings) -> int:
+    """Import openai and make the client of every allow-listed endpoint now, so that a process
+    that will call judges (a worker lane on the judge queue) holds from its start what its first
+    judge call would otherwise load (about 1.3 s and 20 MiB: openai, httpx, an SSL context): its
+    first job is not slower than the rest, and its memory does not step up hours into a run.
+    Endpoints are the allow-list's and the key and timeout the operator's, so these are the
+    only clients the process can ever make. Returns how many were made."""
+    import openai  # heavy, needed only when a judge is called (see above)
+
+    del openai  # (imported for its cost here; the clients below import it again, at no cost)
+    try:
+        api_key = _api_key(judge)
+    except JudgeUnavailable:
+        return 0  # every judge call is refused (resolve_judge): no client to make
+    made = 0
+    for url in sorted(_allowed(judge)):
+        try:
+            client = _client(JudgeTarget(model="", base_url=url, api_key=api_key), judge.timeout_seconds)
+            client.chat.completions  # noqa: B018 - built on first use (with the modules it needs)
+        except Exception as exc:  # an entry the HTTP stack refuses costs its own calls, not the lane's start
+            log.warning("no judge client for allow-listed endpoint %s (%s)", url, type(exc).__name__)
+            continue
+        made += 1
+    "judge".encode("idna")  # the codec a request's host name is encoded with, loaded on first use
+    return made
 
 
 def _retry_after(exc: Exception) -> float | None:
