@@ -58,7 +58,15 @@ LONG_MODULES = (
 )
 
 
+# A low-priority test's time limit: it gets only the CPU the rest of `make test` leaves idle, so
+# minutes of its wall time can pass without a turn (one start of the service took over two).
+LOW_PRIORITY_TIMEOUT = 900
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("low_priority") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(LOW_PRIORITY_TIMEOUT))
     if getattr(config, "workerinput", None) is None:
         return  # not an xdist worker: plain pytest keeps the file order
     rank = {path: i for i, path in enumerate(LONG_MODULES)}

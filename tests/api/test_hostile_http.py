@@ -9,7 +9,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,9 @@ CANARY = "CANARY-" + os.urandom(6).hex()
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[httpx.Client, Path]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, Path]]:
     """A server whose combined output goes to a file the tests can read."""
-    log = Path(tempfile.mkdtemp(prefix="sg-hostile-")) / "server.log"
+    log = tmp_path_factory.mktemp("sg-hostile") / "server.log"
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -181,10 +180,10 @@ def test_fuzzed_requests_never_fail_the_server(served) -> None:
 
 # ---- secrets in a deployment's configuration ---------------------------------------------------
 
-def test_redis_password_never_reaches_clients_or_the_log() -> None:
+def test_redis_password_never_reaches_clients_or_the_log(tmp_path: Path) -> None:
     """Redis configured with a password but down: every answer says so without the URL."""
     password = "pw-" + os.urandom(8).hex()
-    log = Path(tempfile.mkdtemp(prefix="sg-redis-down-")) / "server.log"
+    log = tmp_path / "server.log"
     port = free_port()
     env = {**os.environ, "SCALING_GRADER_REDIS_URL": f"redis://grader:{password}@127.0.0.1:{free_port()}/0"}
     with log.open("wb") as out:

@@ -40,7 +40,9 @@ def grade_probe(task: Task, completion: str, options: GradeOptions, settings: Se
     command, *args = completion.split()
     if command in ("hang", "sleep"):
         seconds, path = (3600.0, args[0]) if command == "hang" else (float(args[0]), args[1])
-        Path(path).write_text(str(os.getpid()))
+        # written whole or not at all: a test that waits for the file reads it as soon as it exists
+        Path(path + ".part").write_text(str(os.getpid()))
+        os.replace(path + ".part", path)
         time.sleep(seconds)
     elif command == "bomb":
         ballast = bytearray(64 * 1024**3)  # a MemoryError under the grading process's limit

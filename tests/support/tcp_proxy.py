@@ -48,8 +48,15 @@ class PausableProxy:
             self._sockets += [client, upstream]
             threading.Thread(target=self._relay, args=(client, upstream), daemon=True).start()
 
+    def _forward(self, data: bytes, from_client: bool, to: socket.socket, state: dict) -> bool:
+        """Passes data on; False ends the connection instead. Tests that strike at a moment of
+        the traffic watch it here (state: the connection's own, for what they remember)."""
+        to.sendall(data)
+        return True
+
     def _relay(self, a: socket.socket, b: socket.socket) -> None:
         peers = {a: b, b: a}
+        state: dict = {}
         try:
             while not self._closed.is_set():
                 self._relaying.wait()
@@ -58,9 +65,8 @@ class PausableProxy:
                     continue  # paused while waiting: what arrived stays unread until resumed
                 for source in ready:
                     data = source.recv(65536)
-                    if not data:
+                    if not data or not self._forward(data, source is a, peers[source], state):
                         return
-                    peers[source].sendall(data)
         except OSError:
             return
         finally:
