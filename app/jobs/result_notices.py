@@ -20,7 +20,10 @@ from app.jobs import keys
 from app.redis_link import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
-RECHECK_SECONDS = 5.0  # a waiting request reads the result at least this often
+# A waiting request reads the result at least this often. Only a safety net: both ways a result
+# is stored announce it, and a reconnection of the subscription wakes every waiter to read; each
+# recheck is a Redis command per waiting request, so a deep queue of waiting clients pays for it.
+RECHECK_SECONDS = 15.0
 _SUBSCRIBE_WAIT_SECONDS = 1.0  # how long a first waiter waits for the subscription to be up
 
 
