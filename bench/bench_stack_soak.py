@@ -13,17 +13,21 @@ and the loopback judge (tests/fake_openai.py) on the host, bound to that network
 BOOK_MIRROR (or SCALING_GRADER_BOOK_MIRROR) adds the book's judge items. KEEP_STACK=1 leaves the
 stack up afterwards.
 
-Load: numeric grades (inline references) at a steady rate with bursts; impl jobs kept above
-what the workers grade (a backlog in the queue): honest completions (right, wrong, half-right),
+Load: numeric grades (inline references) at a steady rate with bursts; 24 rollout workers, each
+posting an impl job and waiting for its reward with the API's wait (no polling) before the next,
+more than the workers grade at once (a backlog in the queue): honest completions (right, wrong, half-right),
 hostile ones (a CPU spin to the time limit, a fork bomb, a memory hog, a flood of output), and
 the same completions again and again; judge items against the loopback judge. Faults in turn: a
 worker killed, Redis restarted, a worker cut from the network for 20 s, workers scaled 2->3->2.
 
-Printed, start vs end: zombies, open fds and RSS per container, dying memory cgroups on the host,
-Redis memory and commands per job; jobs sent, answered, lost, rewritten (a result that changed
-after the client read it), rewards that differ for the same completion, unscored impl jobs;
-numeric p50/p99 on the quiet stack and under the load, and the impl backlog. Targets: 0 lost,
-0 rewritten, 0 inconsistent, zombies and dying cgroups flat, RSS <= 1.1x."""
+Printed, start vs end: zombies, open fds and RSS per container (the service's own processes: not
+gVisor's, nor Docker's health probe; for a container a fault killed and started again, also its
+last life's memory once warm against the end, and for each the samples taken every minute
+and their peak), dying memory cgroups on the host, Redis memory and commands per job; jobs sent,
+answered, lost, rewritten (a result that changed after the client read it), rewards that differ
+for the same completion, unscored impl jobs; numeric p50/p99 on the quiet stack and under the
+load, and the impl backlog. Targets: 0 lost, 0 rewritten, 0 inconsistent, zombies and dying
+cgroups flat, RSS <= 1.1x."""
 
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -187,6 +192,14 @@ fake.main()
 _NOT_SERVICE = {"runsc", "exe", "docker-init", "tini"}
 
 
+def _is_health_check(pid: int) -> bool:
+    """Docker's health probe (docker/healthcheck.py, a Python process of 20 to 30 MB that lives
+    under a second): caught by a reading, it would count as the service's growth."""
+    with contextlib.suppress(OSError):
+        return b"healthcheck" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return False
+
+
 def _proc_facts(pids: list[int]) -> dict[str, int]:
     """Zombies of all these host processes; open fds and RSS of the service's own among them."""
     facts = {"processes": len(pids), "zombies": 0, "fds": 0, "rss": 0}
@@ -199,7 +212,7 @@ def _proc_facts(pids: list[int]) -> dict[str, int]:
         if "\nState:\tZ" in status:
             facts["zombies"] += 1
             continue
-        if name in _NOT_SERVICE:
+        if name in _NOT_SERVICE or _is_health_check(pid):
             continue
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
@@ -209,14 +222,17 @@ def _proc_facts(pids: list[int]) -> dict[str, int]:
     return facts
 
 
-def container_facts(soak: SoakStack) -> dict[str, dict[str, int]]:
-    facts = {}
+def container_facts(soak: SoakStack) -> dict[str, dict[str, Any]]:
+    facts: dict[str, dict[str, Any]] = {}
     for cid, name in soak.containers().items():
         try:
             top = sh("docker", "top", cid, "-eo", "pid", check=True, timeout=30)
         except (RuntimeError, subprocess.TimeoutExpired):
             continue
-        facts[name] = _proc_facts([int(line) for line in top.splitlines()[1:] if line.strip().isdigit()])
+        facts[name] = dict(_proc_facts([int(line) for line in top.splitlines()[1:] if line.strip().isdigit()]))
+        # Which life of the container this is: a worker killed and started again is the same
+        # container (same name) with new processes, whose memory starts cold again.
+        facts[name]["started"] = sh("docker", "inspect", "-f", "{{.State.StartedAt}}", cid, check=False, timeout=30)
     return facts
 
 
@@ -233,13 +249,21 @@ def dying_memory_cgroups() -> int | None:
 
 
 def redis_facts(soak: SoakStack) -> dict[str, int]:
+    """Redis's memory, its command count, and its calls of each command ("calls:hset", ...)."""
     facts: dict[str, int] = {}
-    for section in ("memory", "stats"):
+    for section in ("memory", "stats", "commandstats"):
         for line in soak.redis("info", section).splitlines():
             key, _, value = line.strip().partition(":")
             if key in ("used_memory", "total_commands_processed"):
                 facts[key] = int(value)
+            elif key.startswith("cmdstat_") and value.startswith("calls="):
+                facts[f"calls:{key.removeprefix('cmdstat_')}"] = int(value.split(",")[0].removeprefix("calls="))
     return facts
+
+
+def _calls(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Calls of each command between two of redis_facts' readings."""
+    return {k.removeprefix("calls:"): after[k] - before.get(k, 0) for k in after if k.startswith("calls:")}
 
 
 def snapshot(soak: SoakStack) -> dict:
@@ -260,12 +284,10 @@ class Ledger:
     answered_at: dict[str, float] = field(default_factory=dict)
     submit_errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     backlog: list[tuple[float, int]] = field(default_factory=list)
+    # (when, facts per container), once a minute: each container's memory over its lives
+    containers: list[tuple[float, dict[str, dict]]] = field(default_factory=list)
     first_fault_at: float = float("inf")
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def outstanding(self) -> int:
-        with self.lock:
-            return len(self.jobs) - len(self.first_result)
 
 
 def _numeric_once(client: httpx.Client, ledger: Ledger, rng: random.Random) -> None:
@@ -307,31 +329,62 @@ def measure_numeric(soak: SoakStack, seconds: float, rate: float) -> list[float]
     return [s for _, s, status in ledger.numeric if status == 200]
 
 
-def impl_load(soak: SoakStack, ledger: Ledger, stop: threading.Event, backlog: int, judge_items: list) -> None:
-    """Keeps about backlog impl jobs outstanding: honest and hostile ones, the same texts again."""
-    rng = random.Random(2)
+# Rollout workers, each with one job out: more than the two workers' lanes grade at once, so that
+# impl jobs wait in the queue.
+ROLLOUT_WORKERS = 24
+# How long one request waits for a job's result: the API's longest wait.
+RESULT_WAIT = 60.0
+
+
+def _soak_body(soak: SoakStack, rng: random.Random, n: int, labels: list[tuple[str, str]],
+               judge_items: list) -> tuple[dict, str, str]:
+    """One impl or judge grade request of the mix: (body, kind, completion label)."""
+    if judge_items and n % 5 == 0:
+        task, right = rng.choice(judge_items), rng.random() < 0.5
+        body = {"task_id": task.id, "completion": task.gold if right else "No idea.",
+                "judge": {"model": "judge-match", "base_url": soak.judge_url}}
+        return body, "judge", f"judge:{task.id}:{'right' if right else 'wrong'}"
+    kind, name = rng.choice(labels)
+    source = HONEST.get(name) or HOSTILE[name]
+    return {"task_id": f"impl/{EXERCISE}", "completion": completion(source)}, kind, name
+
+
+def _record(ledger: Ledger, job_id: str, body: dict) -> None:
+    with ledger.lock:
+        if job_id not in ledger.first_result:
+            ledger.first_result[job_id] = body
+            ledger.answered_at[job_id] = time.monotonic()
+
+
+def _wait_for(client: httpx.Client, ledger: Ledger, stop: threading.Event, job_id: str) -> None:
+    """Waits for one job's result the way the API offers: a request held until the result is
+    there (no polling), asked again only when RESULT_WAIT passes first or a fault cuts it."""
+    while not stop.is_set():
+        try:
+            r = client.get(f"/v1/jobs/{job_id}", params={"wait": RESULT_WAIT})
+        except httpx.HTTPError:
+            stop.wait(1)
+            continue
+        if r.status_code == 200 and r.json().get("status") in ("finished", "failed"):
+            _record(ledger, job_id, r.json())
+            return
+        if r.status_code != 200:
+            stop.wait(1)
+
+
+def rollout_worker(soak: SoakStack, ledger: Ledger, stop: threading.Event, index: int, judge_items: list) -> None:
+    """One RL rollout worker: posts an impl (or judge) completion, waits for its reward, posts the
+    next. Honest and hostile completions, the same texts again and again; the soak runs more of
+    these than the workers grade at once, so that jobs wait in the queue."""
+    rng = random.Random(1000 + index)
     labels = [("honest", k) for k in HONEST] * 2 + [("hostile", k) for k in HOSTILE]
     headers = {"Authorization": f"Bearer {soak.api_key}"}
     n = 0
-    with httpx.Client(base_url=soak.url, headers=headers, timeout=60) as client:
+    with httpx.Client(base_url=soak.url, headers=headers, timeout=RESULT_WAIT + 60) as client:
         while not stop.is_set():
-            if ledger.outstanding() >= backlog:
-                stop.wait(0.5)
-                continue
             n += 1
-            if judge_items and n % 5 == 0:
-                task, right = rng.choice(judge_items), rng.random() < 0.5
-                label = f"judge:{task.id}:{'right' if right else 'wrong'}"
-                body = {"task_id": task.id, "completion": task.gold if right else "No idea.",
-                        "judge": {"model": "judge-match", "base_url": soak.judge_url},
-                        "wait": 0, "request_id": f"soak-{n}-{rng.getrandbits(32):x}"}
-                kind = "judge"
-            else:
-                kind, name = rng.choice(labels)
-                source = HONEST.get(name) or HOSTILE[name]
-                label = name
-                body = {"task_id": f"impl/{EXERCISE}", "completion": completion(source), "wait": 0,
-                        "request_id": f"soak-{n}-{rng.getrandbits(32):x}"}
+            body, kind, label = _soak_body(soak, rng, n, labels, judge_items)
+            body |= {"wait": RESULT_WAIT, "request_id": f"soak-{index}-{n}-{rng.getrandbits(32):x}"}
             try:
                 r = client.post("/v1/grade", json=body)
             except httpx.HTTPError as exc:
@@ -339,41 +392,18 @@ def impl_load(soak: SoakStack, ledger: Ledger, stop: threading.Event, backlog: i
                     ledger.submit_errors[type(exc).__name__] += 1
                 stop.wait(1)
                 continue
-            if r.status_code == 202:
-                with ledger.lock:
-                    ledger.jobs[r.json()["job_id"]] = (kind, label)
-            elif r.status_code == 200:  # answered at once (a cached judge verdict, say)
-                job_id = f"inline-{n}"
-                with ledger.lock:
-                    ledger.jobs[job_id] = (kind, label)
-                    ledger.first_result[job_id] = r.json()
-            else:
+            if r.status_code not in (200, 202):
                 with ledger.lock:
                     ledger.submit_errors[str(r.status_code)] += 1
                 stop.wait(1)
-
-
-def poll_results(soak: SoakStack, ledger: Ledger, stop: threading.Event) -> None:
-    headers = {"Authorization": f"Bearer {soak.api_key}"}
-    with httpx.Client(base_url=soak.url, headers=headers, timeout=30) as client:
-        while not stop.is_set():
+                continue
+            job_id = r.json().get("job_id") or f"inline-{index}-{n}"
             with ledger.lock:
-                waiting = [j for j in ledger.jobs if j not in ledger.first_result]
-            for job_id in waiting:
-                try:
-                    r = client.get(f"/v1/jobs/{job_id}", params={"wait": 0})
-                except httpx.HTTPError:
-                    break
-                if r.status_code != 200:
-                    continue
-                body = r.json()
-                if body.get("status") in ("finished", "failed"):
-                    with ledger.lock:
-                        ledger.first_result[job_id] = body
-                        ledger.answered_at[job_id] = time.monotonic()
-            # Each look is a few Redis commands: every 5 s, as a patient client would, so that the
-            # commands per job are mostly the deployment's own.
-            stop.wait(5.0)
+                ledger.jobs[job_id] = (kind, label)
+            if r.status_code == 200:  # the result itself: recorded as the job's view would show it
+                _record(ledger, job_id, {"job_id": job_id, "status": "finished", "result": r.json()})
+            else:
+                _wait_for(client, ledger, stop, job_id)
 
 
 def sample_backlog(soak: SoakStack, ledger: Ledger, stop: threading.Event) -> None:
@@ -383,6 +413,24 @@ def sample_backlog(soak: SoakStack, ledger: Ledger, stop: threading.Event) -> No
             with ledger.lock:
                 ledger.backlog.append((time.monotonic(), int(text)))
         stop.wait(5)
+
+
+def sample_containers(soak: SoakStack, ledger: Ledger, stop: threading.Event, every: float) -> None:
+    while not stop.wait(every):
+        facts = container_facts(soak)
+        with ledger.lock:
+            ledger.containers.append((time.monotonic(), facts))
+
+
+def warm_since_last_start(name: str, end: dict, samples: list[tuple[float, dict[str, dict]]],
+                          warmup: float) -> tuple[float, dict] | None:
+    """The first sample of the container's last life (the one the end snapshot saw) taken at least
+    warmup seconds after that life's first sample: its memory once warm, for a container that a
+    fault killed and started again during the soak (comparing its cold restart with the end, or
+    its first life with its last, would say nothing about growth)."""
+    life = [(at, facts[name]) for at, facts in samples
+            if name in facts and facts[name].get("started") == end.get("started")]
+    return next(((at, f) for at, f in life if at - life[0][0] >= warmup), None) if life else None
 
 
 # ---------------------------------------------------------------------------- faults
@@ -397,10 +445,28 @@ def fault_kill_worker(soak: SoakStack, rng: random.Random) -> str:
     worker = _a_worker(soak, rng)
     if worker is None:
         return "kill a worker: none running"
-    sh("docker", "kill", worker[0])
+    life = _state(worker[0])[1]
+    # A worker full of gVisor sandboxes can take longer to go than Docker waits for its exit
+    # event: `docker kill` then fails, and the worker dies all the same. One soak took that for a
+    # failed fault and ran on one worker for 14 minutes. So: started again once it has really
+    # stopped, unless its restart policy started it already (a new start time).
+    killed = subprocess.run(["docker", "kill", worker[0]], capture_output=True, text=True, timeout=120)
     time.sleep(5)
-    sh("docker", "start", worker[0], check=False)  # if its restart policy did not already
-    return f"killed {worker[1]} (SIGKILL), started again"
+    deadline = time.monotonic() + 120
+    while (state := _state(worker[0]))[0] != "exited" and state[1] == life and time.monotonic() < deadline:
+        time.sleep(1)
+    if state[0] == "exited":
+        sh("docker", "start", worker[0])
+        state = _state(worker[0])
+    slow = " (docker kill reported a failure; it died later)" if killed.returncode else ""
+    return f"killed {worker[1]} (SIGKILL){slow}, started again ({state[0]})"
+
+
+def _state(container: str) -> tuple[str, str]:
+    """The container's status and when its current life began."""
+    status, _, started = sh("docker", "inspect", "-f", "{{.State.Status}} {{.State.StartedAt}}", container,
+                            check=False).partition(" ")
+    return status, started
 
 
 def fault_restart_redis(soak: SoakStack, rng: random.Random) -> str:
@@ -443,7 +509,7 @@ def _pcts(values: list[float]) -> str:
 
 
 def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet: list[float],
-           faults: list[str], seconds: float) -> None:
+           faults: list[str], seconds: float, warmup: float) -> None:
     print(f"\nsoak: {seconds / 60:.1f} min of load, {len(faults)} faults:")
     for line in faults:
         print(f"  - {line}")
@@ -459,6 +525,19 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
         ratio = b["rss"] / a["rss"] if a["rss"] else float("nan")
         print(f"  {name}: {a['processes']} -> {b['processes']} processes, zombies {a['zombies']} -> {b['zombies']}, "
               f"fds {a['fds']} -> {b['fds']}, RSS {_mib(a['rss'])} -> {_mib(b['rss'])} ({ratio:.2f}x)")
+        if a.get("started") != b.get("started"):
+            warm = warm_since_last_start(name, b, ledger.containers, warmup)
+            if warm is None:
+                print("      started again by a fault, too late for a warm sample of its last life")
+            else:
+                at, w = warm
+                grown = b["rss"] / w["rss"] if w["rss"] else float("nan")
+                print(f"      started again by a fault; its last life, warm ({(at - start['at']) / 60:.1f} min) "
+                      f"-> end: RSS {_mib(w['rss'])} -> {_mib(b['rss'])} ({grown:.2f}x)")
+        samples = [facts[name]["rss"] for at, facts in ledger.containers if name in facts and at >= start["at"]]
+        # the whole course, so that a slow warm-up (a plateau) is told from growth
+        course = " ".join(str(rss >> 20) for rss in samples)
+        print(f"      RSS peak of the minute samples: {_mib(max(samples, default=b['rss']))}; MiB, in turn: {course}")
     print(f"dying memory cgroups on the host: {start['dying_memory_cgroups']} -> {end['dying_memory_cgroups']}")
     answered = [j for j in ledger.jobs if j in ledger.first_result]
     lost = [j for j in ledger.jobs if j not in final and j not in ledger.first_result]
@@ -476,7 +555,13 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
             print(f"redis, from the start to the first fault: {commands} commands, of them about {numeric_cost:.0f} "
                   f"for {numerics} numeric grades ({start.get('commands_per_numeric', 0.0):.1f} each, measured on "
                   f"the quiet stack: rate limits); about {(commands - numeric_cost) / queued:.0f} per queued job "
-                  f"answered in that time ({queued})")
+                  f"answered in that time ({queued}), the lanes' beats while they grade and wait included")
+            per_numeric = start.get("calls_per_numeric", {})
+            per_job = {name: (calls - per_numeric.get(name, 0.0) * numerics) / queued
+                       for name, calls in _calls(rs, re_).items()}
+            busiest = sorted(per_job.items(), key=lambda kv: -kv[1])[:10]
+            print("  per queued job, by command (numeric grades' share taken out): "
+                  + ", ".join(f"{name} {n:.1f}" for name, n in busiest))
     rewritten = [j for j, body in final.items()
                  if j in ledger.first_result and _verdict(body) != _verdict(ledger.first_result[j])]
     by_completion: dict[str, set] = defaultdict(set)
@@ -515,10 +600,9 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
 
 
 def _verdict(body: dict) -> tuple:
-    """(status, reward, outcome) of a job's body, or of an answer given at once."""
-    result = body.get("result") if "job_id" in body else body
-    result = result or {}
-    return body.get("status", "finished"), result.get("reward"), result.get("outcome")
+    """(status, reward, outcome) of a job's view."""
+    result = body.get("result") or {}
+    return body.get("status"), result.get("reward"), result.get("outcome")
 
 
 def final_results(soak: SoakStack, ledger: Ledger, wait_seconds: float) -> dict[str, dict]:
@@ -570,16 +654,20 @@ def main(smoke: bool) -> None:
         print(f"judge items: {len(items)} book items against the loopback judge" if items
               else "judge items: none (no BOOK_MIRROR)")
         time.sleep(10)  # warm pools fill
-        before = redis_facts(soak).get("total_commands_processed", 0)
+        before = redis_facts(soak)
         quiet = measure_numeric(soak, quiet_seconds, rate)
-        after = redis_facts(soak).get("total_commands_processed", 0)
-        per_numeric = (after - before) / max(1, len(quiet))
+        after = redis_facts(soak)
+        grades = max(1, len(quiet))
+        per_numeric = (after.get("total_commands_processed", 0) - before.get("total_commands_processed", 0)) / grades
+        calls_per_numeric = {name: calls / grades for name, calls in _calls(before, after).items()}
         ledger, stop = Ledger(), threading.Event()
         threads = [
             threading.Thread(target=numeric_load, args=(soak, ledger, stop, rate, 30.0), daemon=True),
-            threading.Thread(target=impl_load, args=(soak, ledger, stop, 24, items), daemon=True),
-            threading.Thread(target=poll_results, args=(soak, ledger, stop), daemon=True),
+            *(threading.Thread(target=rollout_worker, args=(soak, ledger, stop, i, items), daemon=True)
+              for i in range(ROLLOUT_WORKERS)),
             threading.Thread(target=sample_backlog, args=(soak, ledger, stop), daemon=True),
+            threading.Thread(target=sample_containers, args=(soak, ledger, stop, 10.0 if smoke else 60.0),
+                             daemon=True),
         ]
         for t in threads:
             t.start()
@@ -587,6 +675,7 @@ def main(smoke: bool) -> None:
         time.sleep(warmup)
         start = snapshot(soak)
         start["commands_per_numeric"] = per_numeric
+        start["calls_per_numeric"] = calls_per_numeric
         began, faults, rng, n = time.monotonic(), [], random.Random(3), 0
         redis_before_faults: dict[str, int] = {}
         while time.monotonic() - began < seconds:
@@ -612,7 +701,7 @@ def main(smoke: bool) -> None:
         end = snapshot(soak)
         end["redis_before_faults"] = redis_before_faults
         end["first_fault_at"] = ledger.first_fault_at
-        report(start, end, ledger, final, quiet, faults, loaded_seconds)
+        report(start, end, ledger, final, quiet, faults, loaded_seconds, warmup)
     finally:
         judge.kill()
         judge.wait()
