@@ -33,10 +33,21 @@ _SECTION = re.compile(r"<!-- bench:([\w.]+) -->.*?<!-- /bench:\1 -->\n?", re.S)
 
 
 def update_page(page: Path, name: str, section: str) -> None:
-    """Replace ``name``'s section in ``page`` (or add it), keeping the sections in name order."""
+    """Replace ``name``'s section in ``page`` where it stands, leaving the text around it (notes
+    written between sections) as it is; a new section goes before the first section whose name
+    sorts after its own, or at the end."""
     text = page.read_text() if page.exists() else HEADER
-    sections = {m.group(1): m.group(0) for m in _SECTION.finditer(text)}
-    head = _SECTION.sub("", text).rstrip("\n") + "\n"
-    sections[name] = section
+    section = section.rstrip("\n") + "\n"
+    found = {m.group(1): m for m in _SECTION.finditer(text)}
+    if name in found:
+        old = found[name]
+        text = text[: old.start()] + section + text[old.end():]
+    else:
+        later = [m for key, m in sorted(found.items()) if key > name]
+        if later:
+            at = later[0].start()
+            text = text[:at] + section + "\n" + text[at:]
+        else:
+            text = text.rstrip("\n") + "\n\n" + section
     page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(head + "\n" + "\n".join(sections[key].rstrip("\n") + "\n" for key in sorted(sections)))
+    page.write_text(text)

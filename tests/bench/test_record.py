@@ -25,6 +25,24 @@ def test_sections_are_replaced_not_appended(tmp_path: Path) -> None:
     assert text.index("bench:bench_a") < text.index("bench:bench_b")
 
 
+def test_notes_between_sections_stay_where_they_are(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    for name in ("bench_a", "bench_c"):
+        update_page(page, name, render_section(name, "X.", "ratio 1.0x\n", "t1", "m", 1.0))
+    text = page.read_text()
+    note = "## A note written by hand\n\nAbout bench_a's figures.\n\n"
+    at = text.index("<!-- bench:bench_c -->")
+    page.write_text(text[:at] + note + text[at:])
+    update_page(page, "bench_a", render_section("bench_a", "X.", "ratio 4.0x\n", "t2", "m", 1.0))
+    update_page(page, "bench_b", render_section("bench_b", "X.", "ratio 5.0x\n", "t2", "m", 1.0))
+    text = page.read_text()
+    assert text.count("A note written by hand") == 1 and "ratio 4.0x" in text
+    # the note still follows bench_a and the new section comes in name order
+    assert text.index("/bench:bench_a") < text.index("A note written") < text.index("bench:bench_b") \
+        < text.index("bench:bench_c")
+    assert text.startswith("# Benchmarks")
+
+
 @pytest.mark.slow
 def test_record_writes_what_the_benchmark_printed(tmp_path: Path) -> None:
     page = tmp_path / "benchmarks.md"
