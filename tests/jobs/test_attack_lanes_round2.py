@@ -292,29 +292,36 @@ XATTR_FLOOD = code("""
     """)
 
 
-@needs_lanes
-def test_an_extended_attribute_flood_ends_alone_and_the_lane_and_neighbour_go_on() -> None:
-    box = _box()
+def _beside_a_neighbour(box: Sandbox, source: str) -> tuple[CaseRun, _GroupWatch]:
+    """An attack run in a warm lane beside an honest neighbour, the lane's group watched. Checked
+    here: the neighbour finishes and passes, and the lane goes on (the same runsc, alive, no OOM
+    kill or new limit hit in its group). The attack's run is returned for its own verdict."""
     lane = _warm(box)
     runsc = lane.pid
     hits = lane.cgroup.failcnt() if lane.cgroup is not None else 0
     with _GroupWatch(lane) as watch:
-        run, honest = _with_neighbour(box, XATTR_FLOOD, watch)
+        run, honest = _with_neighbour(box, source, watch)
     oom = lane.cgroup.oom_kills() if lane.cgroup is not None and lane.alive() else None
     print("attack", _verdict(run), run.status, run.extra, "neighbour", honest.status, honest.fault,
           judge_case(NEIGHBOUR_CASE, honest, 1e-6, LIMITS["cpu_seconds"])["verdict"], honest.wall_seconds,
           "lane alive", lane.alive(), "lane group grew MiB", watch.grew >> 20, "oom", oom)
+    assert honest.status == "finished", (honest.status, honest.fault)
+    assert judge_case(NEIGHBOUR_CASE, honest, 1e-6, LIMITS["cpu_seconds"])["verdict"] == "passed"
+    assert _lane(box) is lane and lane.pid == runsc and lane.alive()
+    if lane.cgroup is not None:
+        assert lane.cgroup.failcnt() == hits and lane.cgroup.oom_kills() == 0
+    return run, watch
+
+
+@needs_lanes
+def test_an_extended_attribute_flood_ends_alone_and_the_lane_and_neighbour_go_on() -> None:
+    run, watch = _beside_a_neighbour(_box(), XATTR_FLOOD)
     # docs: a lane's case may not set extended attributes (the lane filter); the flood is refused
     # or, past its allowance, ended for memory, and either way ends alone: the lane and the other
     # cases in it go on
     assert _verdict(run) in {"memory", "crashed", "wrong"}, (run.status, run.extra,
                                                              f"lane group grew {watch.grew >> 20} MiB")
     assert watch.grew < LIMITS["case_memory_bytes"] + (256 << 20), watch.grew
-    assert honest.status == "finished", (honest.status, honest.fault)
-    assert judge_case(NEIGHBOUR_CASE, honest, 1e-6, LIMITS["cpu_seconds"])["verdict"] == "passed"
-    assert _lane(box) is lane and lane.pid == runsc and lane.alive()
-    if lane.cgroup is not None:
-        assert lane.cgroup.failcnt() == hits and lane.cgroup.oom_kills() == 0
 
 
 # --- 2. a channel between concurrent cases of a lane --------------------------------------------
@@ -495,21 +502,8 @@ ZOMBIE_FLOOD = code("""
 @needs_lanes
 def test_memory_behind_zombie_leaders_ends_alone_and_the_lane_and_neighbour_go_on() -> None:
     box = _box(max_processes=8, address_space_bytes=2 * 1024**3, case_memory_bytes=256 * 1024**2)
-    lane = _warm(box)
-    runsc = lane.pid
-    hits = lane.cgroup.failcnt() if lane.cgroup is not None else 0
-    with _GroupWatch(lane) as watch:
-        run, honest = _with_neighbour(box, ZOMBIE_FLOOD, watch)
-    oom = lane.cgroup.oom_kills() if lane.cgroup is not None and lane.alive() else None
-    print("attack", _verdict(run), run.status, run.extra, "neighbour", honest.status, honest.fault,
-          judge_case(NEIGHBOUR_CASE, honest, 1e-6, LIMITS["cpu_seconds"])["verdict"], honest.wall_seconds,
-          "lane alive", lane.alive(), "lane group grew MiB", watch.grew >> 20, "oom", oom)
+    run, watch = _beside_a_neighbour(box, ZOMBIE_FLOOD)
     assert _verdict(run) == "memory", (run.status, run.extra, f"lane group grew {watch.grew >> 20} MiB")
-    assert honest.status == "finished", (honest.status, honest.fault)
-    assert judge_case(NEIGHBOUR_CASE, honest, 1e-6, LIMITS["cpu_seconds"])["verdict"] == "passed"
-    assert _lane(box) is lane and lane.pid == runsc and lane.alive()
-    if lane.cgroup is not None:
-        assert lane.cgroup.failcnt() == hits and lane.cgroup.oom_kills() == 0
 
 
 # --- 4. an honest case ended for memory it does not hold --------------------------------------
