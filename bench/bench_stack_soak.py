@@ -620,10 +620,7 @@ def final_results(soak: SoakStack, ledger: Ledger, wait_seconds: float) -> dict[
                     r = client.get(f"/v1/jobs/{job_id}", params={"wait": 0})
                     if r.status_code == 200 and r.json().get("status") in ("finished", "failed"):
                         final[job_id] = r.json()
-                        with ledger.lock:
-                            if job_id not in ledger.first_result:
-                                ledger.first_result[job_id] = r.json()
-                                ledger.answered_at[job_id] = time.monotonic()
+                        _record(ledger, job_id, r.json())
             if len(final) == len(ledger.jobs):
                 break
             time.sleep(3)
