@@ -100,9 +100,12 @@ class QueueSettings(BaseModel):
     result_ttl: int = Field(3600, gt=0, description="seconds results and idempotency keys are kept")
     job_timeout: int = Field(900, gt=0, description="backstop deadline of one grading job")
     retries: int = Field(2, ge=0, description="re-runs of a job whose worker died or that failed")
-    heartbeat_interval: float = Field(1.0, gt=0)
-    # Far above the heartbeat thread's measured lateness on a saturated machine (49 ms,
-    # bench_redis_commands): only a stopped or cut-off worker misses it.
+    # A beat costs 4 Redis commands (worker.grading_worker): every 5 s, a busy lane costs Redis
+    # under one command a second. A lane is taken for dead interval + grace (15 s) after its last
+    # beat; the grace outlasts a missed beat, and is far above the heartbeat thread's measured
+    # lateness on a saturated machine (133 ms, bench_redis_commands): only a stopped or cut-off
+    # worker misses it.
+    heartbeat_interval: float = Field(5.0, gt=0, description="seconds between a busy lane's heartbeats")
     heartbeat_grace: int = Field(10, gt=0, description="missed-heartbeat seconds before a job is abandoned")
     maintenance_interval: int = Field(5, gt=0, description="how often one worker looks for abandoned jobs")
     embedded_threads: int = Field(4, gt=0, description="embedded mode: threads grading queued kinds")

@@ -10,13 +10,19 @@ What is added to SimpleWorker:
 
 * Heartbeats while a job runs. SimpleWorker sends none (RQ's docs say so) and sets the job's
   heartbeat TTL to the whole job timeout, so a killed lane's job would wait many minutes to be
-  re-run. Here a side thread renews, every QUEUE__HEARTBEAT_INTERVAL, RQ's own heartbeats
-  (``maintain_heartbeats``: the worker, the execution and the job) and the job's lease
-  (app.jobs.leases), all with a TTL of the interval plus QUEUE__HEARTBEAT_GRACE: a lane that is
-  killed or cut off loses both within seconds, and RQ's abandoned-job handling re-queues its job
-  (at the front: app.jobs.redis_jobs enqueues with ``Retry(enqueue_at_front=True)``).
+  re-run. Here a side thread beats every QUEUE__HEARTBEAT_INTERVAL, renewing in one round trip
+  only what a lapse would give away: the job's lease (app.jobs.leases) and the execution's entry
+  in RQ's StartedJobRegistry (RQ's ``add_execution``), both with a TTL of the interval plus
+  QUEUE__HEARTBEAT_GRACE: a lane that is killed or cut off loses both within seconds, and RQ's
+  abandoned-job handling re-queues its job (at the front: app.jobs.redis_jobs enqueues with
+  ``Retry(enqueue_at_front=True)``). That is 4 Redis commands a beat where RQ's
+  ``maintain_heartbeats`` and the lease took about 14 (bench_redis_commands): the execution's
+  other records last as long as the job may (app.jobs.rq_bookkeeping), the job's
+  ``last_heartbeat`` is not rewritten (nothing reads it), and the worker's key is renewed only
+  when it would otherwise expire before the next beat.
 * One maintenance pass per interval for the whole deployment (RQ's runs on every worker, and its
-  cost grows with the number of workers each pass lists).
+  cost grows with the number of workers each pass lists), and of it only the look for abandoned
+  jobs every interval: RQ's whole pass once a minute.
 * Fewer of RQ's worker beats (only those the worker's key needs), and the lane's presence record
   (app.jobs.presence) on the same beat."""
 
@@ -27,12 +33,13 @@ import logging
 import math
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from rq import Queue
+from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from rq.utils import now
+from rq.utils import as_text, current_timestamp, now
 from rq.worker import WorkerStatus
 
 from app.graders.kinds import queue_names
@@ -49,6 +56,7 @@ from worker.deadline import JobDeadline
 log = logging.getLogger(__name__)
 QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 _BEAT_MARGIN_SECONDS = 10.0
+FULL_MAINTENANCE_SECONDS = 60
 
 
 class GradingWorker(LeanBookkeeping):
@@ -61,6 +69,7 @@ class GradingWorker(LeanBookkeeping):
     beat_lag_max = 0.0  # the beat thread's worst lateness so far, in seconds (published in presence)
     _key_lives_until = 0.0  # monotonic time at which the worker's key expires, as of the last beat sent
     _last_presence = 0.0
+    _full_pass_asked_at = float("-inf")  # monotonic time this lane last asked for RQ's whole maintenance pass
 
     @property
     def should_run_maintenance_tasks(self) -> bool:
@@ -74,6 +83,55 @@ class GradingWorker(LeanBookkeeping):
             return True
         self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
         return False
+
+    def run_maintenance_tasks(self) -> None:
+        # Every interval, only what must be prompt: the queues' abandoned jobs (RQ's own
+        # StartedJobRegistry.cleanup, after one command a queue that finds whether there are
+        # any), so that a dead lane's job is re-queued within seconds. RQ's whole pass (the finished, failed, deferred,
+        # ready and rate-limit registries, the worker registry, the intermediate queues, the
+        # groups) once per FULL_MAINTENANCE_SECONDS: it costs about 12 commands a queue and one
+        # more a queue for every registered worker, and none of it delays a job but the
+        # intermediate queue's cleanup (a job that a worker of one queue popped and died before
+        # starting goes back within that period).
+        self._requeue_abandoned()
+        # whose turn the whole pass is: asked of Redis at most once a period by each lane
+        clock = time.monotonic()
+        if clock - self._full_pass_asked_at >= FULL_MAINTENANCE_SECONDS:
+            self._full_pass_asked_at = clock
+            if self.connection.set(keys.FULL_MAINTENANCE, self.name, nx=True, ex=FULL_MAINTENANCE_SECONDS):
+                super().run_maintenance_tasks()
+        self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
+
+    def _requeue_abandoned(self) -> None:
+        """RQ's abandoned-job handling (StartedJobRegistry.cleanup) for the queues that hold an
+        expired execution, then the removal of the records of each execution it removed: they are
+        made to last as long as the job may run (app.jobs.rq_bookkeeping), so a lane killed
+        mid-job would otherwise leave them behind for that long. An entry a late beat renewed
+        between the look and the cleanup is not removed by RQ, and keeps its records."""
+        cutoff = current_timestamp()
+        for queue in self.queues:
+            registry = queue.started_job_registry
+            expired = [as_text(m) for m in cast("list[bytes]", self.connection.zrangebyscore(registry.key, 0, cutoff))]
+            if not expired:
+                continue
+            registry.cleanup(cutoff)
+            executions = [Execution.from_composite_key(m, connection=self.connection) for m in expired]
+            with self.connection.pipeline(transaction=False) as pipeline:
+                for execution in executions:
+                    pipeline.zscore(registry.key, execution.composite_key)
+                    pipeline.hget(execution.key, "worker_name")  # whose index holds it (made to last as long)
+                replies = pipeline.execute()
+            with self.connection.pipeline(transaction=False) as pipeline:
+                for execution, still_running, lane in zip(executions, replies[::2], replies[1::2], strict=True):
+                    if still_running is not None:
+                        continue
+                    pipeline.delete(execution.key)
+                    pipeline.zrem(ExecutionRegistry(job_id=execution.job_id, connection=self.connection).key,
+                                  execution.id)
+                    if lane:
+                        execution.worker_name = as_text(lane)
+                        pipeline.srem(execution.worker_executions_key, execution.composite_key)
+                pipeline.execute()
 
     def register_birth(self) -> None:
         super().register_birth()
@@ -93,13 +151,22 @@ class GradingWorker(LeanBookkeeping):
         # and again before the next dequeue), each an HSET and two EXPIREs, most with a TTL of a
         # minute or more: a beat is sent only when the worker's key would otherwise expire before
         # RQ's next chance to beat (an idle worker's dequeue timeout, plus a margin). Skipping a
-        # beat never shortens the key's life: RQ's beats set the TTL, they do not add to it. The
-        # beat thread's beats always go out (maintain_heartbeats reads the first reply).
+        # beat never shortens the key's life: RQ's beats set the TTL, they do not add to it.
+        if self._worker_beat_due(self.dequeue_timeout):
+            self._beat_worker_key(timeout, pipeline)
+        self._publish_presence(pipeline)
+
+    def _beat_worker_key(self, timeout: int | None, pipeline: Any) -> None:
+        super().heartbeat(timeout, pipeline)
+        self._key_lives_until = time.monotonic() + (timeout or self.worker_ttl + 60)
+
+    def _worker_beat_due(self, until_next_chance: float) -> bool:
+        """Whether the worker's key would expire before the next chance to beat, plus a margin
+        (RQ's main loop beats again before each dequeue; the beat thread at its next beat)."""
+        return self._key_lives_until - time.monotonic() < until_next_chance + _BEAT_MARGIN_SECONDS
+
+    def _publish_presence(self, pipeline: Any = None) -> None:
         clock = time.monotonic()
-        beat_thread = threading.current_thread() is not threading.main_thread()
-        if beat_thread or self._key_lives_until - clock < self.dequeue_timeout + _BEAT_MARGIN_SECONDS:
-            super().heartbeat(timeout, pipeline)
-            self._key_lives_until = clock + (timeout or self.worker_ttl + 60)
         if self.presence is not None and clock - self._last_presence >= self.presence_ttl / 3:
             self._last_presence = clock
             record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
@@ -140,12 +207,37 @@ class GradingWorker(LeanBookkeeping):
             self.beat_lag_max = max(self.beat_lag_max, time.monotonic() - due)
             due += self.job_monitoring_interval
             try:
-                self.maintain_heartbeats(job, execution)
-                if not lease.lost and not lease.renew():  # logged once
-                    log.warning("job %s: lease lost (this worker looked dead); its result is left to the "
-                                "attempt that holds it now", job.id)
+                self._beat_once(job, execution, lease)
             except Exception:  # a missed beat only risks a re-run, whose result is not written twice
                 log.warning("heartbeat for job %s failed", job.id, exc_info=True)
+
+    def _beat_once(self, job: Job, execution: Any, lease: Lease) -> None:
+        """One beat of a running job, in one round trip: the lease, the execution's entry in RQ's
+        StartedJobRegistry (only if RQ has not removed it: XX), and, when due, the worker's key
+        and the lane's presence."""
+        worker_beat = self._worker_beat_due(self.job_monitoring_interval)
+        with self.connection.pipeline(transaction=False) as pipeline:
+            renewing = lease.renew_in(pipeline)
+            job.started_job_registry.add_execution(execution, pipeline=pipeline,
+                                                   ttl=self.get_heartbeat_ttl(job), xx=True)
+            if worker_beat:
+                self._beat_worker_key(self.job_monitoring_interval + 60, pipeline)
+            self._publish_presence(pipeline)
+            replies = pipeline.execute()
+        if renewing and not lease.renewed(replies[0]):  # logged once: the lease is not renewed again
+            log.warning("job %s: lease lost (this worker looked dead); its result is left to the attempt that "
+                        "holds it now", job.id)
+            # the lease lapsed (a stall past its TTL) or Redis lost it (a flush, a restart without
+            # persistence): the worker's key may be gone too, so the next beat (or RQ's, after the
+            # job) checks it and puts the record back, before the job's end writes to it without a TTL
+            self._key_lives_until = 0.0
+        if worker_beat and replies[1 + renewing] == 1:
+            # the worker's key had expired (a stall past its TTL, or Redis lost it): the HSET made
+            # a hash with one field, so the whole record goes back, with its TTL (as RQ does)
+            with self.connection.pipeline(transaction=False) as pipeline:
+                pipeline.hset(self.key, mapping=self.serialize())
+                pipeline.expire(self.key, self.job_monitoring_interval + 60)
+                pipeline.execute()
 
 
 def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str | None = None) -> GradingWorker:

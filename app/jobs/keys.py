@@ -47,3 +47,5 @@ def lease(job_id: str) -> str:
 RESULTS_CHANNEL = f"{PREFIX}:results"
 # Held (SET NX EX) by the one worker lane of the deployment that runs the queues' maintenance.
 MAINTENANCE = f"{PREFIX}:maintenance"
+# held for a while by the lane that last ran RQ's whole maintenance pass (worker.grading_worker)
+FULL_MAINTENANCE = f"{PREFIX}:maintenance:full"

@@ -13,7 +13,9 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
   hash, the job's and the worker's execution indexes, and the entry in the queue's
   ``StartedJobRegistry`` that RQ's abandoned-job handling reads), the worker's ``busy`` state and
   the job's ``started`` record (status, started_at, worker_name, last_heartbeat:
-  ``Job.prepare_for_execution``), as RQ writes them, in one pipeline without MULTI/EXEC.
+  ``Job.prepare_for_execution``), as RQ writes them, in one pipeline without MULTI/EXEC; the
+  records but the registry entry are made to last as long as the job may run, so that the
+  heartbeat renews the entry alone (worker.grading_worker).
 * ``prepare_job_execution``: RQ writes the job's ``started`` record here, a round trip later, in a
   transaction with a separate job beat writing the same ``last_heartbeat`` again, a worker beat
   (sent only when the worker's key needs one: worker.grading_worker) and a PERSIST of a job key
@@ -39,8 +41,8 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
   second, after the job in hand, as before.
 
 What RQ guarantees and the service relies on is unchanged: a job is pushed and popped by RQ; its
-execution is in the StartedJobRegistry with status ``started`` while it runs, renewed by RQ's
-``maintain_heartbeats``; a worker that dies leaves the entry to expire, and RQ's maintenance
+execution is in the StartedJobRegistry with status ``started`` while it runs, its entry renewed
+by the lane's heartbeat with RQ's ``add_execution``; a worker that dies leaves the entry to expire, and RQ's maintenance
 re-queues the job (``Retry``, at the front) or fails it; a job that raises takes RQ's failure
 path unchanged (failed registry, ``failed`` status the API reads).
 """
@@ -58,6 +60,7 @@ from rq.utils import now
 from rq.worker import WorkerStatus
 
 SUSPENSION_CHECK_SECONDS = 1.0
+NO_TIMEOUT_SECONDS = 24 * 3600
 
 
 def lean_success_applies(job: Job) -> bool:
@@ -68,14 +71,28 @@ def lean_success_applies(job: Job) -> bool:
             and not job.has_rate_limit)
 
 
+def records_ttl(job: Job, heartbeat_ttl: int) -> int:
+    """How long an execution's records must last without a beat: the job's own timeout (RQ's
+    backstop deadline; a day for a job enqueued without one) and a heartbeat TTL after it."""
+    timeout = job.timeout if job.timeout is not None and job.timeout > 0 else NO_TIMEOUT_SECONDS
+    return int(timeout) + heartbeat_ttl
+
+
 class LeanBookkeeping(SimpleWorker):
     """A SimpleWorker that writes only the bookkeeping RQ's guarantees need (module docstring)."""
 
     _suspension_checked_at = float("-inf")
 
     def prepare_execution(self, job: Job) -> Execution:
+        heartbeat_ttl = self.get_heartbeat_ttl(job)
         with self.connection.pipeline(transaction=False) as pipeline:
-            execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipeline, worker_name=self.name)
+            # The execution's records (its hash, and the job's and the worker's indexes of it) are
+            # made to last as long as the job may run, so that a beat need not renew them; its
+            # StartedJobRegistry entry, the one record RQ's abandoned-job handling reads, gets the
+            # heartbeat's TTL (a second ZADD of the same entry), and every beat renews it alone.
+            execution = Execution.create(job, records_ttl(job, heartbeat_ttl), pipeline=pipeline,
+                                         worker_name=self.name)
+            job.started_job_registry.add_execution(execution, pipeline=pipeline, ttl=heartbeat_ttl, xx=True)
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
             # the job's started record in the same round trip as its StartedJobRegistry entry

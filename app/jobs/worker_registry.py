@@ -69,7 +69,10 @@ def queue_depths(connection: redis.Redis) -> dict[str, dict[str, Any]]:
     depths = {}
     for name in queue_names():  # ours only: a shared Redis may hold other applications' queues
         queue = Queue(name, connection=connection, serializer=JSONSerializer)
-        depths[name] = {"queued": queue.count, "started": queue.started_job_registry.count,
+        # (no cleanup: RQ's would re-queue an abandoned job itself, leaving the records of its dead
+        # execution, which the lanes' maintenance deletes when it re-queues it: worker.grading_worker)
+        started = queue.started_job_registry.get_job_count(cleanup=False)
+        depths[name] = {"queued": queue.count, "started": started,
                         "failed": queue.failed_job_registry.count, "oldest_seconds": _head_age(queue)}
     return depths
 

@@ -89,7 +89,9 @@ def _kill_all(pids: set[int]) -> None:
 def _submit(client: httpx.Client, text: str, request_id: str) -> str:
     r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": text, "wait": 0,
                                        "request_id": request_id, "all_or_nothing": True})
-    assert r.status_code == 202, r.text
+    # 200: an idle lane graded the job before the API's one look for its result after queueing it
+    # (wait 0 does not wait, but answers a result that is already there)
+    assert r.status_code in (200, 202), r.text
     return str(r.json()["job_id"])
 
 

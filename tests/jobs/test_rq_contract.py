@@ -25,6 +25,8 @@ from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty, UnixSignalDeathPenalty
 from rq.worker import BaseWorker, WorkerStatus
 
+from app.jobs import keys
+from app.jobs.leases import Lease, new_token
 from app.jobs.rq_bookkeeping import LeanBookkeeping
 from tests.support.forked import report_from_fork
 from worker.deadline import GradingDeadline, JobDeadline
@@ -51,7 +53,7 @@ def test_the_installed_rq_is_the_pinned_major_version() -> None:
     ("execute_job", ["self", "job", "queue"]),  # the method RQ leaves to worker classes
     ("prepare_execution", ["self", "job"]),
     ("perform_job", ["self", "job", "queue", "execution"]),
-    ("maintain_heartbeats", ["self", "job", "execution"]),
+    ("serialize", ["self"]),  # the worker's record, put back by a beat that finds its key expired
     ("set_state", ["self", "state", "pipeline"]),
     ("heartbeat", ["self", "timeout", "pipeline"]),
     ("get_heartbeat_ttl", ["self", "job", "working_time"]),
@@ -62,6 +64,7 @@ def test_the_installed_rq_is_the_pinned_major_version() -> None:
     ("queue_names", ["self"]),
     ("get_state", ["self"]),
     ("clean_registries", ["self"]),
+    ("run_maintenance_tasks", ["self"]),
     # overridden or called by app.jobs.rq_bookkeeping
     ("prepare_job_execution", ["self", "job", "remove_from_intermediate_queue"]),
     ("handle_execution_ended", ["self", "job", "queue", "heartbeat_ttl"]),
@@ -102,9 +105,9 @@ def test_the_hooks_and_attributes_overridden_are_rq_s() -> None:
     # every public method GradingWorker overrides is one RQ defines (no private name is touched)
     for cls in (GradingWorker, LeanBookkeeping):
         overridden = {n for n in vars(cls) if callable(getattr(cls, n)) or isinstance(vars(cls)[n], property)}
-        for name in overridden - {"_beat"}:
-            assert not name.startswith("_"), name
-            assert hasattr(SimpleWorker, name), name
+        for name in overridden:
+            # a public name is RQ's hook; a private one is the service's own and shadows none of RQ's
+            assert hasattr(SimpleWorker, name) != name.startswith("_"), name
     assert issubclass(GradingWorker, LeanBookkeeping) and issubclass(LeanBookkeeping, SimpleWorker)
 
 
@@ -116,6 +119,16 @@ def test_the_execution_records_the_lean_bookkeeping_writes_and_removes_are_rq_s(
     assert isinstance(inspect.getattr_static(Execution, "key"), property)
     assert isinstance(inspect.getattr_static(Execution, "worker_executions_key"), property)
     assert _parameters(StartedJobRegistry.remove_execution)[:4] == ["self", "execution", "job", "pipeline"]
+    # the heartbeat renews the execution's registry entry alone (worker.grading_worker)
+    assert _parameters(StartedJobRegistry.add_execution) == ["self", "execution", "pipeline", "ttl", "xx"]
+    assert isinstance(inspect.getattr_static(Job, "started_job_registry"), property)
+    assert isinstance(inspect.getattr_static(Execution, "composite_key"), property)
+    # the maintenance pass between RQ's whole ones looks for abandoned jobs alone
+    assert isinstance(inspect.getattr_static(Queue, "started_job_registry"), property)
+    assert _parameters(StartedJobRegistry.cleanup) == ["self", "timestamp", "exception_handlers"]
+    assert _parameters(Execution.from_composite_key) == ["composite_key", "connection"]
+    # the status page counts the running jobs without RQ's cleanup (app.jobs.worker_registry)
+    assert _parameters(StartedJobRegistry.get_job_count) == ["self", "cleanup"]
     assert _parameters(Job.prepare_for_execution) == ["self", "worker_name", "pipeline"]
     for name in ("has_rate_limit", "success_callback", "key"):
         assert isinstance(inspect.getattr_static(Job, name), property), name
@@ -240,22 +253,84 @@ def test_a_job_whose_heartbeats_lapse_is_requeued_at_the_front_by_another_worker
     assert queue.get_job_ids() == ["contract-abandoned", "contract-waiting"]
 
 
-def test_maintain_heartbeats_keeps_a_running_job_from_being_taken_for_abandoned(redis_server) -> None:
+def _running(connection: Any, queue: Queue, name: str) -> tuple[GradingWorker, Job, Execution, Lease]:
+    """A GradingWorker (TTL 2 s) with a job it has started, and the job's lease taken."""
+    worker = _worker(connection, name, GradingWorker, job_monitoring_interval=1)
+    worker.heartbeat_grace = 1  # type: ignore[attr-defined]
+    worker.register_birth()
+    job = Job.fetch(queue.pop_job_id(), connection=connection, serializer=JSONSerializer)  # type: ignore[arg-type]
+    execution = worker.prepare_execution(job)
+    worker.prepare_job_execution(job)
+    lease = Lease(connection, job.id, new_token(worker.name), 1000 * worker.get_heartbeat_ttl(job))
+    assert lease.take(60) == 1
+    return worker, job, execution, lease  # type: ignore[return-value]
+
+
+def test_the_lean_beat_keeps_a_running_job_from_being_taken_for_abandoned(redis_server) -> None:
     connection = redis_server.client()
     queue = Queue("contract", connection=connection, serializer=JSONSerializer)
     queue.enqueue(sleeps, 0, job_id="contract-beating", retry=Retry(max=1, enqueue_at_front=True))
-    live = _worker(connection, "beats", GradingWorker, job_monitoring_interval=1)
-    live.heartbeat_grace = 1  # type: ignore[attr-defined]
-    live.register_birth()
-    job = Job.fetch(queue.pop_job_id(), connection=connection, serializer=JSONSerializer)  # type: ignore[arg-type]
-    execution = live.prepare_execution(job)
-    live.prepare_job_execution(job)
+    live, job, execution, lease = _running(connection, queue, "beats")
     deadline = time.monotonic() + 2 * live.get_heartbeat_ttl(job) + 1
     while time.monotonic() < deadline:  # beats as the lane's beat thread does, past two TTLs
-        live.maintain_heartbeats(job, execution)
+        live._beat_once(job, execution, lease)
         time.sleep(0.5)
     _worker(connection, "looks").clean_registries()
     assert job.get_status() == JobStatus.STARTED and queue.get_job_ids() == []
+    assert not lease.lost and connection.pttl(keys.lease(job.id)) > 0
+    connection.config_resetstat()  # a beat with the worker's key fresh: the lease and the entry, nothing else
+    live._beat_once(job, execution, lease)
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
+    calls.pop("config|resetstat", None)
+    assert calls == {"eval": 1, "get": 1, "pexpire": 1, "zadd": 1}, calls
+    # the records a beat no longer renews outlive the TTLs: the status page still sees the job
+    assert GradingWorker.find_by_key(live.key, connection=connection).get_current_job_id() == job.id  # type: ignore[union-attr]
+
+
+def test_the_maintenance_between_rq_s_whole_passes_requeues_an_abandoned_job_and_nothing_else(redis_server) -> None:
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    queue.enqueue(sleeps, 0, job_id="contract-left", retry=Retry(max=1, enqueue_at_front=True))
+    dead, job, _, _ = _running(connection, queue, "left")
+    time.sleep(dead.get_heartbeat_ttl(job) + 1.5)
+    alive = _worker(connection, "keeps", GradingWorker)
+    connection.set(keys.FULL_MAINTENANCE, "another lane", ex=60)  # RQ's whole pass ran a moment ago
+    connection.config_resetstat()
+    alive.run_maintenance_tasks()
+    assert job.get_status() == JobStatus.QUEUED and queue.get_job_ids() == ["contract-left"]
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
+    assert "smembers" not in calls and "exists" not in calls, calls  # no walk over the registered workers
+    # the dead execution's records, made to last as long as the job may run, went with it
+    assert not [k for k in connection.scan_iter("rq:execution:contract-left:*")]
+    assert connection.zcard(ExecutionRegistry(job_id="contract-left", connection=connection).key) == 0
+    connection.config_resetstat()  # with nothing abandoned, a pass is one command a queue
+    alive.run_maintenance_tasks()
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
+    calls.pop("config|resetstat", None)
+    assert calls == {"zrangebyscore": 1}, calls  # the queue's look (whose turn the whole pass is: asked once a minute)
+    connection.delete(keys.FULL_MAINTENANCE)  # its minute is over: a lane that asks runs RQ's whole pass
+    _worker(connection, "whole", GradingWorker).run_maintenance_tasks()
+    assert connection.get(keys.FULL_MAINTENANCE) == b"whole"
+
+
+def test_a_lean_beat_after_rq_took_the_job_for_abandoned_neither_restores_it_nor_keeps_the_lease(redis_server) -> None:
+    # a lane stopped past its TTL: RQ re-queued the job and another attempt took the lease; the
+    # stopped lane's next beat must not put its execution back in the registry (which would keep
+    # RQ from re-queueing the job again should the new attempt die) nor extend the new holder's lease
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    queue.enqueue(sleeps, 0, job_id="contract-stale", retry=Retry(max=1, enqueue_at_front=True))
+    stale, job, execution, lease = _running(connection, queue, "stale")
+    time.sleep(stale.get_heartbeat_ttl(job) + 1.5)
+    _worker(connection, "alive").clean_registries()
+    assert job.get_status() == JobStatus.QUEUED
+    other = Lease(connection, job.id, new_token("other"), 60_000)
+    assert other.take(60) == 2
+    stale._beat_once(job, execution, lease)
+    assert lease.lost
+    assert execution.composite_key not in [m.decode() for m in connection.zrange(queue.started_job_registry.key, 0, -1)]
+    assert connection.get(keys.lease(job.id)).decode() == other.token
+    assert 55_000 < connection.pttl(keys.lease(job.id)) <= 60_000
 
 
 # ------------------------------------------------------------------ the lean bookkeeping (app.jobs.rq_bookkeeping)
