@@ -7,6 +7,10 @@ by notification (the default) and by polling (a GET every 100 ms, how the API wa
 Target: at most 40 commands per job, printed with the ratio against polling, and every command's
 count per job.
 
+Then jobs of several seconds (every case sleeps), one at a time: their commands per job, all in,
+and what a busy lane's heartbeats and upkeep add per second of grading, the figure that makes a
+long job cost more than a short one.
+
 Also printed: whose commands they are (RQ's own bookkeeping of a job, keys under ``rq:``, against
 the service's, keys under ``sg:`` and its scripts), from Redis's MONITOR stream over a few more
 jobs; Redis CPU per job and the commands an idle worker lane costs per second, the two figures
@@ -22,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import httpx
 import redis
@@ -35,6 +40,8 @@ EXERCISE = "critical_batch_size"
 QUEUE = {"SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "1"}  # default heartbeats and maintenance
 RIGHT = f"```python\n{inspect.getsource(getattr(reference, EXERCISE))}\n```\n"
 CLIENTS = 4
+# a slow case sleeps this long: its job outlasts a heartbeat interval (5 s), within the wall limit
+SLOW_CASE_SECONDS = 6.0
 
 
 def _commands(connection: redis.Redis) -> dict[str, int]:
@@ -47,10 +54,12 @@ def _redis_cpu(connection: redis.Redis) -> float:
     return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
 
 
-def _run(server: RedisServer, wait_mode: str, jobs: int) -> tuple[float, float, float, dict[str, int]]:
+def _run(server: RedisServer, wait_mode: str, jobs: int, completion: str = RIGHT,
+         clients: int = CLIENTS) -> tuple[float, float, float, dict[str, int]]:
     """Commands per job, Redis CPU ms per job, lane seconds per job, and the busiest commands,
     for one wait mode."""
     env = {"SCALING_GRADER_REDIS_URL": server.url, "SCALING_GRADER_QUEUE__RESULT_WAIT": wait_mode, **QUEUE}
+    run = f"{wait_mode}-{uuid.uuid4().hex[:8]}"  # request ids of this run's own: no run answers another's
     connection = server.client()
     worker = start_worker(server.url, f"bench-{wait_mode}", QUEUE)
     try:
@@ -61,13 +70,13 @@ def _run(server: RedisServer, wait_mode: str, jobs: int) -> tuple[float, float, 
             cpu = _redis_cpu(connection)
 
             def grade(i: int) -> float:
-                r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": RIGHT, "wait": 60,
-                                                   "request_id": f"{wait_mode}-{i}"})
+                r = client.post("/v1/grade", json={"task_id": f"impl/{EXERCISE}", "completion": completion,
+                                                   "wait": 120, "request_id": f"{run}-{i}"})
                 assert r.status_code == 200, r.text
                 return float(r.json()["reward"])
 
             start = time.monotonic()
-            with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
+            with concurrent.futures.ThreadPoolExecutor(clients) as pool:
                 rewards = list(pool.map(grade, range(jobs)))
             lane_seconds = (time.monotonic() - start) / jobs  # one lane, never idle while clients wait
             assert rewards == [1.0] * jobs
@@ -144,14 +153,19 @@ def _idle_lane_rate(server: RedisServer, seconds: float) -> float:
     return sum(counts.values()) / seconds / 2
 
 
+def _slow(seconds: float) -> str:
+    """The right answer, sleeping ``seconds`` in every case: a job as long as a hostile one."""
+    return RIGHT.replace("def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n",
+                         "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
+                         f"    import time\n    time.sleep({seconds})\n")
+
+
 def _beat_lag_when_starved(server: RedisServer, seconds: float) -> float:
     """The worst lateness of a lane's heartbeat thread while the lane grades slow cases and every
     core runs two busy loops of the same priority: what the heartbeat grace must cover."""
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
     worker = start_worker(server.url, "bench-starved", QUEUE)
-    slow = RIGHT.replace("def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n",
-                         "def critical_batch_size(peak_flops, hbm_bandwidth, bytes_per_weight):\n"
-                         "    import time\n    time.sleep(1.0)\n")
+    slow = _slow(SLOW_CASE_SECONDS)
     env = {"SCALING_GRADER_REDIS_URL": server.url, **QUEUE}
     try:
         with running_server(env) as url, httpx.Client(base_url=url, timeout=300) as client:
@@ -175,6 +189,10 @@ def main(smoke: bool = False) -> None:
     try:
         polled, polled_cpu, _, _ = _run(server, "poll", jobs)
         notified, notified_cpu, lane_seconds, counts = _run(server, "notify", jobs)
+        # jobs of several seconds, one at a time: what a busy lane's beats add to a job
+        # and the same number of quick jobs one at a time, so that only the jobs' length differs
+        single, _, single_lane_seconds, _ = _run(server, "notify", 2 if smoke else 6, clients=1)
+        long, _, long_lane_seconds, _ = _run(server, "notify", 2 if smoke else 6, _slow(SLOW_CASE_SECONDS), clients=1)
         owners = _by_owner(server, 3 if smoke else 20)
         idle = _idle_lane_rate(server, 3 if smoke else 30)
         # (not in smoke runs: they run beside the test suite, whose CPU the busy loops would take)
@@ -190,6 +208,10 @@ def main(smoke: bool = False) -> None:
     every = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     print("every command per job (notification; commands run by scripts counted apart, as Redis counts them): "
           + ", ".join(f"{name} {n / jobs:.2f}" for name, n in every))
+    beats = (long - single) / max(1e-9, long_lane_seconds - single_lane_seconds)
+    print(f"one at a time: jobs of {single_lane_seconds:.1f} s {single:.1f} commands per job, all in; jobs of "
+          f"{long_lane_seconds:.1f} s (every case sleeps {SLOW_CASE_SECONDS:.0f} s) {long:.1f}: a busy lane's beats "
+          f"and upkeep add {beats:.2f} commands per second of grading")
     print(f"whose (MONITOR, jobs one at a time): RQ's own bookkeeping {owners['rq']:.1f} per job, "
           f"the service's {owners['sg']:.1f} per job")
     print(f"an idle worker lane: {idle:.2f} commands/s")

@@ -105,6 +105,9 @@ class SoakStack:
     env: dict[str, str]
     judge_url: str = ""
     api_key: str = ""
+    # Redis's counters as last read before each restart a fault made (a restart resets them): with
+    # the readings at the start and the end they give the commands of the whole run
+    redis_lives: list[dict[str, int]] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -264,6 +267,17 @@ def redis_facts(soak: SoakStack) -> dict[str, int]:
 def _calls(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """Calls of each command between two of redis_facts' readings."""
     return {k.removeprefix("calls:"): after[k] - before.get(k, 0) for k in after if k.startswith("calls:")}
+
+
+def whole_run_calls(start: dict[str, int], lives: list[dict[str, int]], end: dict[str, int]) -> dict[str, int]:
+    """Calls of each command from ``start`` to ``end`` across Redis's restarts: the first life
+    from the start to its last reading, each later one from zero (a restart resets the counters)."""
+    first, *later = [*lives, end]  # the last reading of each life
+    total: dict[str, int] = defaultdict(int, _calls(start, first))
+    for reading in later:
+        for name, calls in _calls({}, reading).items():
+            total[name] += calls
+    return dict(total)
 
 
 def snapshot(soak: SoakStack) -> dict:
@@ -471,6 +485,7 @@ def _state(container: str) -> tuple[str, str]:
 
 def fault_restart_redis(soak: SoakStack, rng: random.Random) -> str:
     redis = next(iter(soak.containers("redis").items()))
+    soak.redis_lives.append(redis_facts(soak))  # the commands of the life this restart ends
     sh("docker", "restart", "-t", "2", redis[0])
     return f"restarted {redis[1]}"
 
@@ -541,27 +556,19 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
     print(f"dying memory cgroups on the host: {start['dying_memory_cgroups']} -> {end['dying_memory_cgroups']}")
     answered = [j for j in ledger.jobs if j in ledger.first_result]
     lost = [j for j in ledger.jobs if j not in final and j not in ledger.first_result]
-    rs, re_ = start["redis"], end.get("redis_before_faults") or end["redis"]
-    if rs and re_:
-        # From the start to the first fault (a Redis restart resets its counters).
-        until = end.get("first_fault_at", end["at"])
-        commands = re_.get("total_commands_processed", 0) - rs.get("total_commands_processed", 0)
-        numerics = sum(1 for n in ledger.numeric if start["at"] <= n[0] < until)
-        numeric_cost = start.get("commands_per_numeric", 0.0) * numerics
-        queued = sum(1 for j in answered if start["at"] <= ledger.answered_at.get(j, 0) < until)
-        memory = f"{_mib(rs.get('used_memory', 0))} -> {_mib(end['redis'].get('used_memory', 0))}"
-        print(f"redis: memory {memory} (start -> end)")
-        if queued:
-            print(f"redis, from the start to the first fault: {commands} commands, of them about {numeric_cost:.0f} "
-                  f"for {numerics} numeric grades ({start.get('commands_per_numeric', 0.0):.1f} each, measured on "
-                  f"the quiet stack: rate limits); about {(commands - numeric_cost) / queued:.0f} per queued job "
-                  f"answered in that time ({queued}), the lanes' beats while they grade and wait included")
-            per_numeric = start.get("calls_per_numeric", {})
-            per_job = {name: (calls - per_numeric.get(name, 0.0) * numerics) / queued
-                       for name, calls in _calls(rs, re_).items()}
-            busiest = sorted(per_job.items(), key=lambda kv: -kv[1])[:10]
-            print("  per queued job, by command (numeric grades' share taken out): "
-                  + ", ".join(f"{name} {n:.1f}" for name, n in busiest))
+    rs = start["redis"]
+    memory = f"{_mib(rs.get('used_memory', 0))} -> {_mib(end['redis'].get('used_memory', 0))}"
+    print(f"redis: memory {memory} (start -> end)")
+    idle = sum(start.get("idle_rate", {}).values())
+    print(f"redis, the idle stack before the load: {idle:.1f} commands/s (the lanes' upkeep, the API's); a numeric "
+          f"grade beyond that: {sum(start.get('calls_per_numeric', {}).values()):.1f} (rate limits)")
+    if rs and end.get("redis_before_faults"):
+        _redis_per_job("from the start to the first fault", _calls(rs, end["redis_before_faults"]), ledger,
+                       answered, start, (start["at"], end["first_fault_at"]))
+    if rs and end.get("loaded"):
+        calls = whole_run_calls(rs, end.get("redis_lives", []), end["loaded"]["redis"])
+        _redis_per_job(f"the whole run, across Redis's {1 + len(end.get('redis_lives', []))} lives", calls, ledger,
+                       answered, start, (start["at"], end["loaded"]["at"]))
     rewritten = [j for j, body in final.items()
                  if j in ledger.first_result and _verdict(body) != _verdict(ledger.first_result[j])]
     by_completion: dict[str, set] = defaultdict(set)
@@ -597,6 +604,26 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
         depths = [d for _, d in ledger.backlog]
         print(f"impl backlog (jobs waiting in the queue): mean {sum(depths) / len(depths):.1f}, max {max(depths)}, "
               f"end {depths[-1]}")
+
+
+def _redis_per_job(span: str, calls: dict[str, int], ledger: Ledger, answered: list[str], start: dict,
+                   window: tuple[float, float]) -> None:
+    """Redis commands per queued job answered in ``window``: the calls counted in it, less each
+    numeric grade's (measured on the quiet stack, its idle upkeep taken out)."""
+    calls = {name: n for name, n in calls.items() if name not in ("info", "config|resetstat")}  # the soak's own reads
+    numerics = sum(1 for n in ledger.numeric if window[0] <= n[0] < window[1])
+    queued = sum(1 for j in answered if window[0] <= ledger.answered_at.get(j, 0) < window[1])
+    if not queued:
+        return
+    per_numeric = start.get("calls_per_numeric", {})
+    per_job = {name: (n - per_numeric.get(name, 0.0) * numerics) / queued for name, n in calls.items()}
+    numeric_cost = sum(per_numeric.get(name, 0.0) for name in calls) * numerics
+    minutes = (window[1] - window[0]) / 60
+    print(f"redis, {span} ({minutes:.1f} min): {sum(calls.values())} commands, of them about {numeric_cost:.0f} for "
+          f"{numerics} numeric grades; about {sum(per_job.values()):.0f} per queued job answered in that time "
+          f"({queued}), the lanes' beats and upkeep while they grade included")
+    busiest = sorted(per_job.items(), key=lambda kv: -kv[1])[:12]
+    print("  per queued job, by command: " + ", ".join(f"{name} {n:.1f}" for name, n in busiest))
 
 
 def _verdict(body: dict) -> tuple:
@@ -651,12 +678,19 @@ def main(smoke: bool) -> None:
         print(f"judge items: {len(items)} book items against the loopback judge" if items
               else "judge items: none (no BOOK_MIRROR)")
         time.sleep(10)  # warm pools fill
-        before = redis_facts(soak)
+        # What the idle stack costs Redis per second (the lanes' upkeep, the API's), then what a
+        # numeric grade costs beyond it: taken out of the loaded run's count, the rest is the
+        # queued jobs' (their lanes' beats and upkeep included: under the load no lane is idle)
+        idle_seconds = 10.0 if smoke else 30.0
+        idle_from = redis_facts(soak)
+        time.sleep(idle_seconds)
+        idle_rate = {name: calls / idle_seconds for name, calls in _calls(idle_from, redis_facts(soak)).items()}
+        before, quiet_began = redis_facts(soak), time.monotonic()
         quiet = measure_numeric(soak, quiet_seconds, rate)
-        after = redis_facts(soak)
+        after, quiet_took = redis_facts(soak), time.monotonic() - quiet_began
         grades = max(1, len(quiet))
-        per_numeric = (after.get("total_commands_processed", 0) - before.get("total_commands_processed", 0)) / grades
-        calls_per_numeric = {name: calls / grades for name, calls in _calls(before, after).items()}
+        calls_per_numeric = {name: max(0.0, calls - idle_rate.get(name, 0.0) * quiet_took) / grades
+                             for name, calls in _calls(before, after).items()}
         ledger, stop = Ledger(), threading.Event()
         threads = [
             threading.Thread(target=numeric_load, args=(soak, ledger, stop, rate, 30.0), daemon=True),
@@ -671,7 +705,7 @@ def main(smoke: bool) -> None:
         # The start of the comparison: after a warm-up under the load (pools full, queues busy).
         time.sleep(warmup)
         start = snapshot(soak)
-        start["commands_per_numeric"] = per_numeric
+        start["idle_rate"] = idle_rate
         start["calls_per_numeric"] = calls_per_numeric
         began, faults, rng, n = time.monotonic(), [], random.Random(3), 0
         redis_before_faults: dict[str, int] = {}
@@ -693,11 +727,14 @@ def main(smoke: bool) -> None:
         for t in threads:
             t.join(timeout=120)
         loaded_seconds = time.monotonic() - began
+        loaded_end = {"redis": redis_facts(soak), "at": time.monotonic()}
         final = final_results(soak, ledger, 300.0)
         time.sleep(5)
         end = snapshot(soak)
         end["redis_before_faults"] = redis_before_faults
         end["first_fault_at"] = ledger.first_fault_at
+        end["loaded"] = loaded_end
+        end["redis_lives"] = soak.redis_lives
         report(start, end, ledger, final, quiet, faults, loaded_seconds, warmup)
     finally:
         judge.kill()
