@@ -134,6 +134,12 @@ class GradingWorker(LeanBookkeeping):
                 pipeline.execute()
 
     def register_birth(self) -> None:
+        # A live lane's record always has a TTL (every beat sets one). One without is what a lane
+        # killed after a Redis flush can leave (its job's end rewrote a few fields of a record the
+        # flush had removed): RQ would refuse this name for good, so it is cleared, and only it.
+        if self.connection.ttl(self.key) == -1:
+            log.warning("%s: clearing a record of this name left without a TTL", self.name)
+            self.connection.delete(self.key)
         super().register_birth()
         self._key_lives_until = 0.0  # (again after an outage) the next beat goes out
         record_sandbox_tier(self.connection, self.key, self.sandbox_tier)  # for the status page

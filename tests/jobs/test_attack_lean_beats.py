@@ -185,3 +185,16 @@ def test_a_lane_that_runs_on_through_a_redis_flush_leaves_no_record_without_a_tt
             assert "rq:worker:flushed" not in without_ttl, (without_ttl, connection.hgetall("rq:worker:flushed"))
         finally:
             stop_worker(lane)
+
+
+def test_a_record_left_without_a_ttl_does_not_keep_a_lane_of_that_name_from_starting(redis_server) -> None:
+    # what a lane killed after such a flush leaves: a few fields of its record, and no TTL
+    connection = redis_server.client()
+    connection.hset("rq:worker:orphaned", mapping={"successful_job_count": 1, "state": "idle"})
+    lane = start_worker(redis_server.url, "orphaned", FAST_QUEUE)
+    try:
+        until(lambda: connection.hget("rq:worker:orphaned", "birth") is not None, 120, "the lane to register")
+        assert lane.poll() is None
+        assert connection.ttl("rq:worker:orphaned") > 0
+    finally:
+        stop_worker(lane)

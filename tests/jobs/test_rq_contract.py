@@ -39,6 +39,13 @@ def _parameters(function: Any) -> list[str]:
     return list(inspect.signature(function).parameters)
 
 
+def _calls_since_reset(connection: Any) -> dict[str, int]:
+    """Redis's calls of each command since CONFIG RESETSTAT (that command itself left out)."""
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
+    calls.pop("config|resetstat", None)
+    return calls
+
+
 def test_the_installed_rq_is_the_pinned_major_version() -> None:
     pins = [d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
             if d.replace(" ", "").startswith("rq>")]
@@ -197,8 +204,7 @@ def test_the_bulk_enqueue_on_a_plain_pipeline_keeps_the_settings_and_opens_no_tr
     with connection.pipeline(transaction=False) as pipe:
         queue.enqueue_many([data], pipeline=pipe)
         pipe.execute()
-    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
-    calls.pop("config|resetstat", None)
+    calls = _calls_since_reset(connection)
     assert calls == {"sadd": 1, "hset": 2, "rpush": 1}, calls
     job = Job.fetch("contract-bulk", connection=connection, serializer=JSONSerializer)
     assert (job.timeout, job.result_ttl, job.failure_ttl, job.meta, job.retries_left) == (7, 0, 13, {"tenant": "t"}, 2)
@@ -280,8 +286,7 @@ def test_the_lean_beat_keeps_a_running_job_from_being_taken_for_abandoned(redis_
     assert not lease.lost and connection.pttl(keys.lease(job.id)) > 0
     connection.config_resetstat()  # a beat with the worker's key fresh: the lease and the entry, nothing else
     live._beat_once(job, execution, lease)
-    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
-    calls.pop("config|resetstat", None)
+    calls = _calls_since_reset(connection)
     assert calls == {"eval": 1, "get": 1, "pexpire": 1, "zadd": 1}, calls
     # the records a beat no longer renews outlive the TTLs: the status page still sees the job
     assert GradingWorker.find_by_key(live.key, connection=connection).get_current_job_id() == job.id  # type: ignore[union-attr]
@@ -298,15 +303,14 @@ def test_the_maintenance_between_rq_s_whole_passes_requeues_an_abandoned_job_and
     connection.config_resetstat()
     alive.run_maintenance_tasks()
     assert job.get_status() == JobStatus.QUEUED and queue.get_job_ids() == ["contract-left"]
-    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
+    calls = _calls_since_reset(connection)
     assert "smembers" not in calls and "exists" not in calls, calls  # no walk over the registered workers
     # the dead execution's records, made to last as long as the job may run, went with it
     assert not [k for k in connection.scan_iter("rq:execution:contract-left:*")]
     assert connection.zcard(ExecutionRegistry(job_id="contract-left", connection=connection).key) == 0
     connection.config_resetstat()  # with nothing abandoned, a pass is one command a queue
     alive.run_maintenance_tasks()
-    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
-    calls.pop("config|resetstat", None)
+    calls = _calls_since_reset(connection)
     assert calls == {"zrangebyscore": 1}, calls  # the queue's look (whose turn the whole pass is: asked once a minute)
     connection.delete(keys.FULL_MAINTENANCE)  # its minute is over: a lane that asks runs RQ's whole pass
     _worker(connection, "whole", GradingWorker).run_maintenance_tasks()
