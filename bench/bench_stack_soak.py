@@ -23,7 +23,9 @@ worker killed, Redis restarted, a worker cut from the network for 20 s, workers 
 Printed, start vs end: zombies, open fds and RSS per container (the service's own processes: not
 gVisor's, nor Docker's health probe; for a container a fault killed and started again, also its
 last life's memory once warm against the end, and for each the samples taken every minute
-and their peak), dying memory cgroups on the host, Redis memory and commands per job; jobs sent,
+and their peak), dying memory cgroups on the host, Redis memory, and Redis commands per queued
+job (from the start to the first fault, and over the whole run across Redis's restarts; a numeric
+grade's share, measured on the quiet stack beyond its idle upkeep, taken out); jobs sent,
 answered, lost, rewritten (a result that changed after the client read it), rewards that differ
 for the same completion, unscored impl jobs; numeric p50/p99 on the quiet stack and under the
 load, and the impl backlog. Targets: 0 lost, 0 rewritten, 0 inconsistent, zombies and dying
