@@ -272,6 +272,15 @@ def _running(connection: Any, queue: Queue, name: str) -> tuple[GradingWorker, J
     return worker, job, execution, lease  # type: ignore[return-value]
 
 
+def _lapsed(connection: Any, name: str) -> tuple[Queue, GradingWorker, Job, Execution, Lease]:
+    """A job started by a GradingWorker (TTL 2 s) that then sent no beat past its TTL."""
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    queue.enqueue(sleeps, 0, job_id=f"contract-{name}", retry=Retry(max=1, enqueue_at_front=True))
+    worker, job, execution, lease = _running(connection, queue, name)
+    time.sleep(worker.get_heartbeat_ttl(job) + 1.5)
+    return queue, worker, job, execution, lease
+
+
 def test_the_lean_beat_keeps_a_running_job_from_being_taken_for_abandoned(redis_server) -> None:
     connection = redis_server.client()
     queue = Queue("contract", connection=connection, serializer=JSONSerializer)
@@ -294,10 +303,7 @@ def test_the_lean_beat_keeps_a_running_job_from_being_taken_for_abandoned(redis_
 
 def test_the_maintenance_between_rq_s_whole_passes_requeues_an_abandoned_job_and_nothing_else(redis_server) -> None:
     connection = redis_server.client()
-    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
-    queue.enqueue(sleeps, 0, job_id="contract-left", retry=Retry(max=1, enqueue_at_front=True))
-    dead, job, _, _ = _running(connection, queue, "left")
-    time.sleep(dead.get_heartbeat_ttl(job) + 1.5)
+    queue, _, job, _, _ = _lapsed(connection, "left")
     alive = _worker(connection, "keeps", GradingWorker)
     connection.set(keys.FULL_MAINTENANCE, "another lane", ex=60)  # RQ's whole pass ran a moment ago
     connection.config_resetstat()
@@ -322,10 +328,7 @@ def test_a_lean_beat_after_rq_took_the_job_for_abandoned_neither_restores_it_nor
     # stopped lane's next beat must not put its execution back in the registry (which would keep
     # RQ from re-queueing the job again should the new attempt die) nor extend the new holder's lease
     connection = redis_server.client()
-    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
-    queue.enqueue(sleeps, 0, job_id="contract-stale", retry=Retry(max=1, enqueue_at_front=True))
-    stale, job, execution, lease = _running(connection, queue, "stale")
-    time.sleep(stale.get_heartbeat_ttl(job) + 1.5)
+    queue, stale, job, execution, lease = _lapsed(connection, "stale")
     _worker(connection, "alive").clean_registries()
     assert job.get_status() == JobStatus.QUEUED
     other = Lease(connection, job.id, new_token("other"), 60_000)
