@@ -103,8 +103,8 @@ class QueueSettings(BaseModel):
     # A beat costs 4 Redis commands (worker.grading_worker): every 5 s, a busy lane costs Redis
     # under one command a second. A lane is taken for dead interval + grace (15 s) after its last
     # beat; the grace outlasts a missed beat, and is far above the heartbeat thread's measured
-    # lateness on a saturated machine (133 ms, bench_redis_commands): only a stopped or cut-off
-    # worker misses it.
+    # lateness on a saturated machine (5 ms in the latest recorded run, 133 ms in the one before:
+    # bench_redis_commands): only a stopped or cut-off worker misses it.
     heartbeat_interval: float = Field(5.0, gt=0, description="seconds between a busy lane's heartbeats")
     heartbeat_grace: int = Field(10, gt=0, description="missed-heartbeat seconds before a job is abandoned")
     maintenance_interval: int = Field(5, gt=0, description="how often one worker looks for abandoned jobs")

@@ -16,7 +16,7 @@ What is added to SimpleWorker:
   QUEUE__HEARTBEAT_GRACE: a lane that is killed or cut off loses both within seconds, and RQ's
   abandoned-job handling re-queues its job (at the front: app.jobs.redis_jobs enqueues with
   ``Retry(enqueue_at_front=True)``). That is 4 Redis commands a beat where RQ's
-  ``maintain_heartbeats`` and the lease took about 14 (bench_redis_commands): the execution's
+  ``maintain_heartbeats`` and the lease took about 13 (bench_redis_commands): the execution's
   other records last as long as the job may (app.jobs.rq_bookkeeping), the job's
   ``last_heartbeat`` is not rewritten (nothing reads it), and the worker's key is renewed only
   when it would otherwise expire before the next beat.
@@ -87,12 +87,13 @@ class GradingWorker(LeanBookkeeping):
     def run_maintenance_tasks(self) -> None:
         # Every interval, only what must be prompt: the queues' abandoned jobs (RQ's own
         # StartedJobRegistry.cleanup, after one command a queue that finds whether there are
-        # any), so that a dead lane's job is re-queued within seconds. RQ's whole pass (the finished, failed, deferred,
-        # ready and rate-limit registries, the worker registry, the intermediate queues, the
-        # groups) once per FULL_MAINTENANCE_SECONDS: it costs about 12 commands a queue and one
-        # more a queue for every registered worker, and none of it delays a job but the
-        # intermediate queue's cleanup (a job that a worker of one queue popped and died before
-        # starting goes back within that period).
+        # any), so that a dead lane's job is re-queued within seconds. RQ's whole pass (the
+        # finished, failed, deferred, ready and rate-limit registries, the worker registry, the
+        # intermediate queues, the groups) once per FULL_MAINTENANCE_SECONDS: it costs about 12
+        # commands a queue and one more a queue for every registered worker, and none of it
+        # delays a job but the intermediate queue's cleanup (RQ re-queues a job that a worker of
+        # one queue popped and died before starting at the second whole pass that sees it: within
+        # two or three minutes).
         self._requeue_abandoned()
         # whose turn the whole pass is: asked of Redis at most once a period by each lane
         clock = time.monotonic()
@@ -222,12 +223,13 @@ class GradingWorker(LeanBookkeeping):
         StartedJobRegistry (only if RQ has not removed it: XX), and, when due, the worker's key
         and the lane's presence."""
         worker_beat = self._worker_beat_due(self.job_monitoring_interval)
+        worker_ttl = self.job_monitoring_interval + 60  # as RQ's maintain_heartbeats gives the worker's key
         with self.connection.pipeline(transaction=False) as pipeline:
             renewing = lease.renew_in(pipeline)
             job.started_job_registry.add_execution(execution, pipeline=pipeline,
                                                    ttl=self.get_heartbeat_ttl(job), xx=True)
             if worker_beat:
-                self._beat_worker_key(self.job_monitoring_interval + 60, pipeline)
+                self._beat_worker_key(worker_ttl, pipeline)
             self._publish_presence(pipeline)
             replies = pipeline.execute()
         if renewing and not lease.renewed(replies[0]):  # logged once: the lease is not renewed again
@@ -242,7 +244,7 @@ class GradingWorker(LeanBookkeeping):
             # a hash with one field, so the whole record goes back, with its TTL (as RQ does)
             with self.connection.pipeline(transaction=False) as pipeline:
                 pipeline.hset(self.key, mapping=self.serialize())
-                pipeline.expire(self.key, self.job_monitoring_interval + 60)
+                pipeline.expire(self.key, worker_ttl)
                 pipeline.execute()
 
 

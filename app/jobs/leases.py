@@ -111,23 +111,13 @@ class Lease:
             self.taken, self.lost = True, False
         return outcome
 
-    @property
-    def renewable(self) -> bool:
-        """Taken by the job function, and not lost since (before it is taken there is nothing to renew)."""
-        return self.taken and not self.lost
-
-    def renew(self) -> bool:
-        """Extend the lease; False (and ``lost``) once it lapsed or another attempt holds it."""
-        if not self.renewable:
-            return not self.lost
-        return self.renewed(self.connection.eval(*self._renewal()))
-
     def renew_in(self, pipeline: Any) -> bool:
-        """Queue the renewal on ``pipeline`` (a heartbeat's one round trip) if the lease is
-        renewable, and say whether it was; its reply goes to ``renewed``."""
-        if not self.renewable:
+        """Queue the lease's renewal on ``pipeline`` (a heartbeat's one round trip), and say
+        whether it was queued: not before the job function took the lease (nothing to renew), nor
+        once it was lost. Its reply goes to ``renewed``."""
+        if not self.taken or self.lost:
             return False
-        pipeline.eval(*self._renewal())
+        pipeline.eval(_RENEW, 1, keys.lease(self.job_id), self.token, self.ttl_ms)
         return True
 
     def renewed(self, reply: Any) -> bool:
@@ -135,9 +125,6 @@ class Lease:
         if not reply:
             self.lost = True
         return not self.lost
-
-    def _renewal(self) -> tuple[Any, ...]:
-        return _RENEW, 1, keys.lease(self.job_id), self.token, self.ttl_ms
 
     def release(self) -> None:
         self.connection.eval(_RELEASE, 1, keys.lease(self.job_id), self.token)

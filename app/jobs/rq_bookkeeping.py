@@ -42,9 +42,9 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
 
 What RQ guarantees and the service relies on is unchanged: a job is pushed and popped by RQ; its
 execution is in the StartedJobRegistry with status ``started`` while it runs, its entry renewed
-by the lane's heartbeat with RQ's ``add_execution``; a worker that dies leaves the entry to expire, and RQ's maintenance
-re-queues the job (``Retry``, at the front) or fails it; a job that raises takes RQ's failure
-path unchanged (failed registry, ``failed`` status the API reads).
+by the lane's heartbeat with RQ's ``add_execution``; a worker that dies leaves the entry to
+expire, and RQ's maintenance re-queues the job (``Retry``, at the front) or fails it; a job that
+raises takes RQ's failure path unchanged (failed registry, ``failed`` status the API reads).
 """
 
 from __future__ import annotations
