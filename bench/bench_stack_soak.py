@@ -266,6 +266,10 @@ def redis_facts(soak: SoakStack) -> dict[str, int]:
     return facts
 
 
+# Redis commands the soak itself sends (its readings of Redis's counters), left out of every count.
+_SOAKS_OWN = ("info", "config|resetstat")
+
+
 def _calls(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """Calls of each command between two of redis_facts' readings."""
     return {k.removeprefix("calls:"): after[k] - before.get(k, 0) for k in after if k.startswith("calls:")}
@@ -372,26 +376,28 @@ def _record(ledger: Ledger, job_id: str, body: dict) -> None:
             ledger.answered_at[job_id] = time.monotonic()
 
 
-def _wait_for(client: httpx.Client, ledger: Ledger, stop: threading.Event, job_id: str) -> None:
+def _wait_for(client: httpx.Client, ledger: Ledger, give_up: threading.Event, job_id: str) -> None:
     """Waits for one job's result the way the API offers: a request held until the result is
     there (no polling), asked again only when RESULT_WAIT passes first or a fault cuts it."""
-    while not stop.is_set():
+    while not give_up.is_set():
         try:
             r = client.get(f"/v1/jobs/{job_id}", params={"wait": RESULT_WAIT})
         except httpx.HTTPError:
-            stop.wait(1)
+            give_up.wait(1)
             continue
         if r.status_code == 200 and r.json().get("status") in ("finished", "failed"):
             _record(ledger, job_id, r.json())
             return
         if r.status_code != 200:
-            stop.wait(1)
+            give_up.wait(1)
 
 
-def rollout_worker(soak: SoakStack, ledger: Ledger, stop: threading.Event, index: int, judge_items: list) -> None:
+def rollout_worker(soak: SoakStack, ledger: Ledger, stop: threading.Event, index: int, judge_items: list,
+                   give_up: threading.Event | None = None) -> None:
     """One RL rollout worker: posts an impl (or judge) completion, waits for its reward, posts the
-    next. Honest and hostile completions, the same texts again and again; the soak runs more of
-    these than the workers grade at once, so that jobs wait in the queue."""
+    next, until ``stop``. Honest and hostile completions, the same texts again and again; the soak
+    runs more of these than the workers grade at once, so that jobs wait in the queue. A job out
+    when ``stop`` comes is waited for until ``give_up`` (by default ``stop`` itself: not at all)."""
     rng = random.Random(1000 + index)
     labels = [("honest", k) for k in HONEST] * 2 + [("hostile", k) for k in HOSTILE]
     headers = {"Authorization": f"Bearer {soak.api_key}"}
@@ -419,7 +425,40 @@ def rollout_worker(soak: SoakStack, ledger: Ledger, stop: threading.Event, index
             if r.status_code == 200:  # the result itself: recorded as the job's view would show it
                 _record(ledger, job_id, {"job_id": job_id, "status": "finished", "result": r.json()})
             else:
-                _wait_for(client, ledger, stop, job_id)
+                _wait_for(client, ledger, give_up or stop, job_id)
+
+
+# How long a job out when the impl-alone window closes is waited for: the backlog of 24 drains in
+# about a minute and a half at the stack's rate; a job not answered by then is counted as unanswered.
+IMPL_ALONE_DRAIN = 300.0
+
+
+def impl_alone(soak: SoakStack, seconds: float) -> dict[str, Any]:
+    """Impl jobs alone, before the mixed load: the rollout workers post honest and hostile impl
+    completions for ``seconds`` (no numeric grades, no judge items, no faults, none of the soak's
+    samplers), then wait for the jobs they have out. Redis's commands from the first post to the
+    last answer, divided by the jobs answered, are the commands per queued impl job with nothing
+    taken out: the API's, the lanes' beats and upkeep, the stack's idle upkeep in that time."""
+    ledger, stop, give_up = Ledger(), threading.Event(), threading.Event()
+    threads = [threading.Thread(target=rollout_worker, args=(soak, ledger, stop, 100 + i, []),
+                                kwargs={"give_up": give_up}, daemon=True) for i in range(ROLLOUT_WORKERS)]
+    before, began = redis_facts(soak), time.monotonic()
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    deadline = time.monotonic() + IMPL_ALONE_DRAIN
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    give_up.set()
+    for t in threads:
+        t.join(timeout=10)
+    calls = {name: n for name, n in _calls(before, redis_facts(soak)).items() if name not in _SOAKS_OWN}
+    kinds: dict[str, int] = defaultdict(int)
+    for job_id in ledger.first_result:
+        kinds[ledger.jobs[job_id][0]] += 1
+    return {"calls": calls, "sent": len(ledger.jobs), "answered": len(ledger.first_result), "kinds": dict(kinds),
+            "seconds": time.monotonic() - began, "posting": seconds}
 
 
 def sample_backlog(soak: SoakStack, ledger: Ledger, stop: threading.Event) -> None:
@@ -564,6 +603,8 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
     idle = sum(start.get("idle_rate", {}).values())
     print(f"redis, the idle stack before the load: {idle:.1f} commands/s (the lanes' upkeep, the API's); a numeric "
           f"grade beyond that: {sum(start.get('calls_per_numeric', {}).values()):.1f} (rate limits)")
+    if start.get("impl_alone"):
+        _report_impl_alone(start["impl_alone"])
     if rs and end.get("redis_before_faults"):
         _redis_per_job("from the start to the first fault", _calls(rs, end["redis_before_faults"]), ledger,
                        answered, start, (start["at"], end["first_fault_at"]))
@@ -608,11 +649,25 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
               f"end {depths[-1]}")
 
 
+def _report_impl_alone(alone: dict[str, Any]) -> None:
+    calls, answered = alone["calls"], alone["answered"]
+    if not answered:
+        print("redis, impl jobs alone: no job answered")
+        return
+    total = sum(calls.values())
+    print(f"redis, impl jobs alone ({alone['posting'] / 60:.1f} min of posts, {alone['seconds'] / 60:.1f} min to the "
+          f"last answer; no numeric grades, judge items or faults; nothing taken out): {total} commands for "
+          f"{answered} queued impl jobs answered {alone['kinds']} (of {alone['sent']} sent): "
+          f"{total / answered:.1f} per job (target: at most 40)")
+    busiest = sorted(calls.items(), key=lambda kv: -kv[1])[:14]
+    print("  per queued job, by command: " + ", ".join(f"{name} {n / answered:.1f}" for name, n in busiest))
+
+
 def _redis_per_job(span: str, calls: dict[str, int], ledger: Ledger, answered: list[str], start: dict,
                    window: tuple[float, float]) -> None:
     """Redis commands per queued job answered in ``window``: the calls counted in it, less each
     numeric grade's (measured on the quiet stack, its idle upkeep taken out)."""
-    calls = {name: n for name, n in calls.items() if name not in ("info", "config|resetstat")}  # the soak's own reads
+    calls = {name: n for name, n in calls.items() if name not in _SOAKS_OWN}
     numerics = sum(1 for n in ledger.numeric if window[0] <= n[0] < window[1])
     queued = sum(1 for j in answered if window[0] <= ledger.answered_at.get(j, 0) < window[1])
     if not queued:
@@ -693,6 +748,7 @@ def main(smoke: bool) -> None:
         grades = max(1, len(quiet))
         calls_per_numeric = {name: max(0.0, calls - idle_rate.get(name, 0.0) * quiet_took) / grades
                              for name, calls in _calls(before, after).items()}
+        alone = impl_alone(soak, float(os.environ.get("STACK_SOAK_IMPL_ALONE_SECONDS", 30 if smoke else 240)))
         ledger, stop = Ledger(), threading.Event()
         threads = [
             threading.Thread(target=numeric_load, args=(soak, ledger, stop, rate, 30.0), daemon=True),
@@ -709,6 +765,7 @@ def main(smoke: bool) -> None:
         start = snapshot(soak)
         start["idle_rate"] = idle_rate
         start["calls_per_numeric"] = calls_per_numeric
+        start["impl_alone"] = alone
         began, faults, rng, n = time.monotonic(), [], random.Random(3), 0
         redis_before_faults: dict[str, int] = {}
         while time.monotonic() - began < seconds:

@@ -44,8 +44,19 @@ name = "gamma"
 key_sha256 = "{digest_c}"
 rate_per_second = 0.01
 burst = 3
+
+[[tenant]]
+name = "delta"
+key_sha256 = "{DELTA_DIGEST}"
+rate_per_second = 0.01
+burst = 3
 ''')
     return path, key_a, key_b, key_c
+
+
+# A tenant of its own for the test of reads against grading budgets (the fixture's tuple is
+# unpacked by every test here).
+DELTA_KEY, DELTA_DIGEST = new_key()
 
 
 # One server (and Redis) for the module: starting one costs seconds, and no test changes what
@@ -89,6 +100,19 @@ def test_rate_limit_gives_429_with_retry_after(tenant_server) -> None:
     assert statuses[:3] == [200, 200, 200] and 429 in statuses[3:]
     r = httpx.get(url + "/v1/splits", headers=headers)
     assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+
+
+def test_reads_and_grades_draw_on_budgets_of_their_own(tenant_server) -> None:
+    # A trainer waiting for its results (GETs) must not spend the grades it may ask for, and
+    # grading must not starve its reads: the two buckets are apart, each the tenant's size.
+    url = tenant_server[0]
+    headers = {"Authorization": f"Bearer {DELTA_KEY}"}
+    reads = [httpx.get(url + "/v1/splits", headers=headers).status_code for _ in range(4)]
+    assert reads == [200, 200, 200, 429]  # the burst of 3, then dry (a token per 100 s)
+    body = {"reference": {"values": ["2 s"]}, "completion": "Final answer: 2 s"}
+    grades = [httpx.post(url + "/v1/grade", json=body, headers=headers).status_code for _ in range(4)]
+    assert grades == [200, 200, 200, 429]  # the grading budget was untouched by the reads
+    assert httpx.get(url + "/v1/splits", headers=headers).status_code == 429  # nor the reads' by grading
 
 
 def test_a_tenant_sees_only_its_own_jobs(tenant_server) -> None:

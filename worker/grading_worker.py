@@ -16,8 +16,8 @@ What is added to SimpleWorker:
   QUEUE__HEARTBEAT_GRACE: a lane that is killed or cut off loses both within seconds, and RQ's
   abandoned-job handling re-queues its job (at the front: app.jobs.redis_jobs enqueues with
   ``Retry(enqueue_at_front=True)``). That is 4 Redis commands a beat where RQ's
-  ``maintain_heartbeats`` and the lease took about 13 (bench_redis_commands): the execution's
-  other records last as long as the job may (app.jobs.rq_bookkeeping), the job's
+  ``maintain_heartbeats`` and the lease took about 13 (bench_redis_commands): RQ's other
+  records of an execution are not written (app.jobs.rq_bookkeeping), the job's
   ``last_heartbeat`` is not rewritten (nothing reads it), and the worker's key is renewed only
   when it would otherwise expire before the next beat.
 * One maintenance pass per interval for the whole deployment (RQ's runs on every worker, and its
@@ -33,13 +33,12 @@ import logging
 import math
 import threading
 import time
-from typing import Any, cast
+from typing import Any
 
 from rq import Queue
-from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from rq.utils import as_text, current_timestamp, now
+from rq.utils import current_timestamp, now
 from rq.worker import WorkerStatus
 
 from app.graders.kinds import queue_names
@@ -105,34 +104,12 @@ class GradingWorker(LeanBookkeeping):
 
     def _requeue_abandoned(self) -> None:
         """RQ's abandoned-job handling (StartedJobRegistry.cleanup) for the queues that hold an
-        expired execution, then the removal of the records of each execution it removed: they are
-        made to last as long as the job may run (app.jobs.rq_bookkeeping), so a lane killed
-        mid-job would otherwise leave them behind for that long. An entry a late beat renewed
-        between the look and the cleanup is not removed by RQ, and keeps its records."""
+        expired execution: one look per queue, RQ's cleanup only where something expired."""
         cutoff = current_timestamp()
         for queue in self.queues:
             registry = queue.started_job_registry
-            expired = [as_text(m) for m in cast("list[bytes]", self.connection.zrangebyscore(registry.key, 0, cutoff))]
-            if not expired:
-                continue
-            registry.cleanup(cutoff)
-            executions = [Execution.from_composite_key(m, connection=self.connection) for m in expired]
-            with self.connection.pipeline(transaction=False) as pipeline:
-                for execution in executions:
-                    pipeline.zscore(registry.key, execution.composite_key)
-                    pipeline.hget(execution.key, "worker_name")  # whose index holds it (made to last as long)
-                replies = pipeline.execute()
-            with self.connection.pipeline(transaction=False) as pipeline:
-                for execution, still_running, lane in zip(executions, replies[::2], replies[1::2], strict=True):
-                    if still_running is not None:
-                        continue
-                    pipeline.delete(execution.key)
-                    pipeline.zrem(ExecutionRegistry(job_id=execution.job_id, connection=self.connection).key,
-                                  execution.id)
-                    if lane:
-                        execution.worker_name = as_text(lane)
-                        pipeline.srem(execution.worker_executions_key, execution.composite_key)
-                pipeline.execute()
+            if self.connection.zrangebyscore(registry.key, 0, cutoff, start=0, num=1):
+                registry.cleanup(cutoff)
 
     def register_birth(self) -> None:
         # A live lane's record always has a TTL (every beat sets one). One without is what a lane

@@ -26,6 +26,8 @@ from app.ratelimit import RateLimiter
 from app.tenants import ANONYMOUS, LOCAL_TENANT, Tenant, TenantsFile, hash_key
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# Requests that read (every grading route is a POST): limited per API process (TenantMiddleware).
+READ_METHODS = frozenset({"GET", "HEAD"})
 
 BROWSER_PAGES = frozenset({"/", "/docs", "/redoc", "/openapi.json"})
 BASIC_CHALLENGE = b'Basic realm="scaling-grader", charset="UTF-8"'
@@ -69,8 +71,12 @@ class TenantMiddleware:
                 return
             tenant = found
             # Every request costs one token here, before its body is read (so malformed bodies are
-            # not free); a grading route takes one more per further grade (``charge_grades``).
-            wait = await self.limiter.take(tenant.name, tenant.rate_per_second, tenant.burst)
+            # not free); a grading route takes one more per further grade (``charge_grades``). A
+            # read (GET, HEAD) takes it from this process's own bucket of the same size: waiting
+            # for results neither spends the tenant's grading budget nor costs Redis the bucket's
+            # four commands, more than the read itself (app.ratelimit).
+            wait = await self.limiter.take(tenant.name, tenant.rate_per_second, tenant.burst,
+                                           shared=scope.get("method") not in READ_METHODS)
             if wait > 0:
                 await count_refusal(self.limiter.redis, "rate_limited")
                 for message in _error(429, "rate_limited", "rate limit exceeded; retry after the delay",

@@ -27,15 +27,14 @@ from app.jobs.grade_log import TOTALS_KEY, GradeCount
 
 # KEYS: result, lease, attempts. ARGV: token, lease ms, ttl s.
 # -> 0: a result exists; -1: another attempt holds the lease; n >= 1: taken, this is attempt n.
-# (SET NX GET checks and takes the lease in one command; the attempts counter gets its TTL when
-# it is made, not again on every attempt.)
+# (SET NX GET checks and takes the lease in one command; the attempts counter is made with its
+# TTL by one SET NX, the first attempt of every job, and counted on by INCR after that.)
 _TAKE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local holder = redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2], 'NX', 'GET')
 if holder and holder ~= ARGV[1] then return -1 end
-local attempt = redis.call('INCR', KEYS[3])
-if attempt == 1 then redis.call('EXPIRE', KEYS[3], ARGV[3]) end
-return attempt
+if redis.call('SET', KEYS[3], '1', 'EX', ARGV[3], 'NX') then return 1 end
+return redis.call('INCR', KEYS[3])
 """
 # KEYS: lease. ARGV: token, lease ms. -> 1: renewed; 0: lost (lapsed, or another attempt's now).
 _RENEW = """

@@ -3,9 +3,19 @@
 A worker's write of a result announces it on one channel (app.jobs.leases): the job id, a
 newline, and the result as written. Each API process keeps one subscription to it, in a
 background task, and hands the result to the requests waiting for that job. A request reads the
-result key once when it starts waiting (the result may be there already), and again only every
-few seconds in case an announcement was missed (published while the subscription was
-reconnecting): one command per waited job instead of one GET every 100 ms."""
+result key once when it starts waiting (the result may be there already) and then only when
+told to: one command per waited job, however long it waits.
+
+An announcement is missed only while the subscription is down, and every way back up wakes
+every waiting request to read once: the listener's own reconnection after an error, and
+redis-py's silent one (its pub/sub reconnects and subscribes again inside a read, raising
+nothing), both of which end in Redis confirming the subscription, the message the listener
+wakes them on. A result written before that confirmation is in Redis when they read; one
+written after it is announced. A subscription whose peer went away without a word (a network
+cut, a host gone) is found dead by TCP keepalive within seconds (app.jobs.redis_jobs), not by
+commands. Until 2026-12-03 each waiting request also read every 15 s in case an announcement
+was missed, which a deep queue of waiting clients paid for: about 6 reads per job in the stack
+soak's impl jobs."""
 
 from __future__ import annotations
 
@@ -20,11 +30,8 @@ from app.jobs import keys
 from app.redis_link import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
-# A waiting request reads the result at least this often. Only a safety net: both ways a result
-# is stored announce it, and a reconnection of the subscription wakes every waiter to read; each
-# recheck is a Redis command per waiting request, so a deep queue of waiting clients pays for it.
-RECHECK_SECONDS = 15.0
 _SUBSCRIBE_WAIT_SECONDS = 1.0  # how long a first waiter waits for the subscription to be up
+_RECONNECT_PAUSE_SECONDS = 1.0
 
 
 class _Waiter:
@@ -57,10 +64,12 @@ class ResultNotices:
                 remaining = deadline - time.monotonic()
                 if found is not None or remaining <= 0:
                     return found
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.event.wait(), min(remaining, RECHECK_SECONDS))
+                try:
+                    await asyncio.wait_for(waiter.event.wait(), remaining)
+                except TimeoutError:
+                    return None
                 waiter.event.clear()
-                # the announced result, else (a recheck, or a wake-up after a reconnection) a read
+                # the announced result, else (the subscription came back, or went down) a read
                 found = waiter.result if waiter.result is not None else await read()
         finally:
             waiting = self._waiters.get(job_id)
@@ -83,26 +92,37 @@ class ResultNotices:
 
     async def _listen(self) -> None:
         while True:
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            # subscribe confirmations are wanted: each one (the first, and each of redis-py's
+            # silent re-subscriptions) is the moment from which nothing can be missed
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=False)
             try:
                 await pubsub.subscribe(keys.RESULTS_CHANNEL)
-                self._subscribed.set()
                 while True:
                     # An explicit timeout: an idle channel is not a dead connection.
                     message = await pubsub.get_message(timeout=1.0)
-                    if message is not None and message.get("type") == "message":
+                    kind = message.get("type") if message is not None else None
+                    if kind == "subscribe":
+                        self._subscribed.set()
+                        self._wake_all()  # what was written before this is there to read
+                    elif kind == "message":
+                        assert message is not None
                         data = message["data"]
                         raw = data if isinstance(data, bytes) else str(data).encode()
                         announced, _, result = raw.partition(b"\n")
                         self._wake(announced.decode(), result or None)
-            except REDIS_ERRORS:
+            except Exception as exc:  # any: a listener that died would leave its waiters asleep
+                if not isinstance(exc, REDIS_ERRORS):
+                    log.exception("result notices: listener failed; subscribing again")
                 self._subscribed.clear()
-                for job_id in list(self._waiters):  # announcements may have been missed: read again
-                    self._wake(job_id)
-                await asyncio.sleep(1.0)
+                self._wake_all()  # announcements may be missed until the next confirmation
+                await asyncio.sleep(_RECONNECT_PAUSE_SECONDS)
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
+
+    def _wake_all(self) -> None:
+        for job_id in list(self._waiters):
+            self._wake(job_id)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -9,13 +9,15 @@ and its jobs have no dependents, dependencies, repeats, callbacks or rate limits
 class keeps what the service relies on RQ for and drops the rest. It overrides these public
 ``BaseWorker`` methods (each checked by tests/jobs/test_rq_contract.py):
 
-* ``prepare_execution``: RQ's own records of the execution (``Execution.create``: the execution
-  hash, the job's and the worker's execution indexes, and the entry in the queue's
-  ``StartedJobRegistry`` that RQ's abandoned-job handling reads), the worker's ``busy`` state and
-  the job's ``started`` record (status, started_at, worker_name, last_heartbeat:
-  ``Job.prepare_for_execution``), as RQ writes them, in one pipeline without MULTI/EXEC; the
-  records but the registry entry are made to last as long as the job may run, so that the
-  heartbeat renews the entry alone (worker.grading_worker).
+* ``prepare_execution``: the execution's entry in the queue's ``StartedJobRegistry`` (the record
+  RQ's abandoned-job handling reads; its TTL is the heartbeat's, renewed by every beat:
+  worker.grading_worker), the worker's ``busy`` state and the job's ``started`` record (status,
+  started_at, worker_name, last_heartbeat: ``Job.prepare_for_execution``), as RQ writes them, in
+  one pipeline without MULTI/EXEC: 3 commands. Not RQ's other records of an execution
+  (``Execution.create``: its hash, the job's and the worker's indexes of it, each with a TTL,
+  7 commands more, and 3 more to delete): RQ's monitoring reads them (``rq info``'s job of a
+  worker), nothing RQ runs does. The status page finds a worker's job the other way round, in the
+  StartedJobRegistry and the job's ``worker_name`` (app.jobs.worker_registry).
 * ``prepare_job_execution``: RQ writes the job's ``started`` record here, a round trip later, in a
   transaction with a separate job beat writing the same ``last_heartbeat`` again, a worker beat
   (sent only when the worker's key needs one: worker.grading_worker) and a PERSIST of a job key
@@ -27,18 +29,17 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
 * ``handle_execution_ended``: records the end time without RQ's extra job beat (1 command), which
   keeps the job's heartbeat fresh while success or failure callbacks run; there are none.
 * ``handle_job_success``: what RQ does with ``result_ttl=0`` (the job's records deleted once it
-  succeeded: the service's result key holds the result), plus the worker's counters and its
-  ``idle`` state, in one pipeline: the worker's counters (2), one DEL of the job hash, the job's
-  execution index, the execution hash and the worker's execution index (a SimpleWorker runs one
-  execution at a time, so that index holds only this one), the entry in the StartedJobRegistry,
-  and the worker's state (about 6 commands, against about 20 for RQ's path). A job that uses
+  succeeded: the service's result key holds the result), plus the worker's count of jobs done
+  (the status page shows it; not RQ's total working time, which nothing reads) and its
+  ``idle`` state, in one pipeline: the worker's count, a DEL of the job hash, the entry in the
+  StartedJobRegistry, and the worker's state (4 commands, against about 20 for RQ's path). A job that uses
   anything this skips (repeats, success callbacks, a rate limit, a result TTL other than 0)
   takes RQ's own path.
 * ``set_state``: an unchanged state is not written again outside a pipeline (RQ writes ``idle``
   after each job and again before each dequeue).
-* ``check_for_suspension``: ``rq suspend`` is checked at most once a second between jobs (and
-  before every job in burst mode), not before every job: a suspension takes effect within a
-  second, after the job in hand, as before.
+* ``check_for_suspension``: ``rq suspend`` is checked at most once every 5 s between jobs (and
+  before every job in burst mode), not before every job (a transaction of 3 commands each time):
+  a suspension takes effect within 5 s, after the job in hand, as before.
 
 What RQ guarantees and the service relies on is unchanged: a job is pushed and popped by RQ; its
 execution is in the StartedJobRegistry with status ``started`` while it runs, its entry renewed
@@ -51,16 +52,16 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from uuid import uuid4
 
 from rq import SimpleWorker
-from rq.executions import Execution, ExecutionRegistry
+from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
 from rq.utils import now
 from rq.worker import WorkerStatus
 
-SUSPENSION_CHECK_SECONDS = 1.0
-NO_TIMEOUT_SECONDS = 24 * 3600
+SUSPENSION_CHECK_SECONDS = 5.0
 
 
 def lean_success_applies(job: Job) -> bool:
@@ -71,28 +72,15 @@ def lean_success_applies(job: Job) -> bool:
             and not job.has_rate_limit)
 
 
-def records_ttl(job: Job, heartbeat_ttl: int) -> int:
-    """How long an execution's records must last without a beat: the job's own timeout (RQ's
-    backstop deadline; a day for a job enqueued without one) and a heartbeat TTL after it."""
-    timeout = job.timeout if job.timeout is not None and job.timeout > 0 else NO_TIMEOUT_SECONDS
-    return int(timeout) + heartbeat_ttl
-
-
 class LeanBookkeeping(SimpleWorker):
     """A SimpleWorker that writes only the bookkeeping RQ's guarantees need (module docstring)."""
 
     _suspension_checked_at = float("-inf")
 
     def prepare_execution(self, job: Job) -> Execution:
-        heartbeat_ttl = self.get_heartbeat_ttl(job)
+        execution = Execution(id=uuid4().hex, job_id=job.id, connection=self.connection, worker_name=self.name)
         with self.connection.pipeline(transaction=False) as pipeline:
-            # The execution's records (its hash, and the job's and the worker's indexes of it) are
-            # made to last as long as the job may run, so that a beat need not renew them; its
-            # StartedJobRegistry entry, the one record RQ's abandoned-job handling reads, gets the
-            # heartbeat's TTL (a second ZADD of the same entry), and every beat renews it alone.
-            execution = Execution.create(job, records_ttl(job, heartbeat_ttl), pipeline=pipeline,
-                                         worker_name=self.name)
-            job.started_job_registry.add_execution(execution, pipeline=pipeline, ttl=heartbeat_ttl, xx=True)
+            job.started_job_registry.add_execution(execution, pipeline=pipeline, ttl=self.get_heartbeat_ttl(job))
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
             # the job's started record in the same round trip as its StartedJobRegistry entry
@@ -126,9 +114,7 @@ class LeanBookkeeping(SimpleWorker):
         assert job.started_at is not None and job.ended_at is not None
         with self.connection.pipeline(transaction=False) as pipeline:
             self.increment_successful_job_count(pipeline=pipeline)
-            self.increment_total_working_time(job.ended_at - job.started_at, pipeline)
-            pipeline.delete(job.key, ExecutionRegistry(job_id=job.id, connection=self.connection).key,
-                            execution.key, execution.worker_executions_key)
+            pipeline.delete(job.key)
             started_job_registry.remove_execution(execution, pipeline=pipeline)
             self.set_state(WorkerStatus.IDLE, pipeline=pipeline)
             pipeline.execute()

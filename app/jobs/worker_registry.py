@@ -1,19 +1,19 @@
 """What the status page shows of the Redis side: the workers RQ has registered (with the sandbox
 tier each one probed and the job it holds) and the depth of each grading queue.
 
-Everything is read from RQ's own registries; the one thing RQ does not know, a worker's sandbox
-tier, is an extra field of RQ's worker hash, so it lives and dies with the worker's registration."""
+Everything is read from RQ's own registries and records; the one thing RQ does not know, a
+worker's sandbox tier, is an extra field of RQ's worker hash, so it lives and dies with the
+worker's registration."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any, cast
 
 import redis
 from rq import Queue, Worker
-from rq.exceptions import NoSuchJobError
 from rq.serializers import JSONSerializer
-from rq.worker import BaseWorker
 
 from app.graders.kinds import queue_names
 
@@ -29,23 +29,34 @@ def _timestamp(value: Any) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def _current_job(worker: BaseWorker) -> dict[str, Any] | None:
-    job_id = worker.get_current_job_id()
-    if job_id is None:
-        return None
-    try:
-        job = worker.get_current_job()
-    except NoSuchJobError:  # finished and expired between the two reads
-        return {"id": job_id, "kind": None, "running_seconds": None}
-    started = _timestamp(getattr(job, "started_at", None)) if job is not None else None
-    return {"id": job_id, "kind": getattr(job, "origin", None),
-            "running_seconds": None if started is None else round(max(0.0, time.time() - started), 1)}
+def running_jobs(connection: redis.Redis, queues: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Worker name -> the job it is running: each of our queues' StartedJobRegistry (no cleanup:
+    see queue_depths) and the job's own record, which names its worker. The lanes do not write
+    RQ's per-execution records, which RQ's own tools read for this (app.jobs.rq_bookkeeping).
+    A worker with two entries (an abandoned one not yet re-queued) shows the later start."""
+    running: dict[str, dict[str, Any]] = {}
+    for name in queue_names() if queues is None else queues:
+        queue = Queue(name, connection=connection, serializer=JSONSerializer)
+        for job_id in queue.started_job_registry.get_job_ids(cleanup=False):
+            job = queue.fetch_job(job_id)  # None once it finished and its record went
+            if job is None or not job.worker_name or job.get_status(refresh=False) != "started":
+                continue
+            started = _timestamp(job.started_at)
+            seen = running.get(job.worker_name)
+            if seen is not None and (seen["started"] or 0) >= (started or 0):
+                continue
+            running[job.worker_name] = {"id": job.id, "kind": job.origin, "started": started}
+    now_ = time.time()
+    return {worker: {"id": job["id"], "kind": job["kind"],
+                     "running_seconds": None if job["started"] is None else round(max(0.0, now_ - job["started"]), 1)}
+            for worker, job in running.items()}
 
 
 def live_workers(connection: redis.Redis) -> list[dict[str, Any]]:
     """One row per registered worker, sorted by name: its state, queues, sandbox tier, and the
     kind and age of the job it is running. Job ids only: payloads hold candidate text."""
     rows = []
+    running = running_jobs(connection)
     for worker in Worker.all(connection=connection, serializer=JSONSerializer):
         tier = cast("bytes | None", connection.hget(worker.key, TIER_FIELD))  # no decode_responses: bytes
         rows.append({
@@ -55,7 +66,7 @@ def live_workers(connection: redis.Redis) -> list[dict[str, Any]]:
             "state": str(worker.get_state()),
             "queues": worker.queue_names(),
             "sandbox_tier": tier.decode() if tier else None,
-            "current_job": _current_job(worker),
+            "current_job": running.get(worker.name),
             "last_heartbeat": _timestamp(worker.last_heartbeat),
             "successful_jobs": worker.successful_job_count,
             "failed_jobs": worker.failed_job_count,

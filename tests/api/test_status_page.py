@@ -91,6 +91,18 @@ class Deployment:
         return Worker.all(connection=self.redis.client(), serializer=JSONSerializer)
 
 
+def _running_by_worker(connection) -> dict[str, str]:
+    """Worker name -> the job it runs, read straight from Redis: the impl queue's StartedJobRegistry
+    entries (job:execution) and each job's worker_name."""
+    running = {}
+    for member in connection.zrange("rq:wip:impl", 0, -1):
+        job_id = member.decode().split(":", 1)[0]
+        worker = connection.hget(f"rq:job:{job_id}", "worker_name")
+        if worker:
+            running[worker.decode()] = job_id
+    return running
+
+
 def _wait_for(check, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -145,7 +157,7 @@ def graded(deployment):
                                            "request_id": f"slow-{i}"})
         assert r.status_code == 202, r.text
         slow_ids.append(r.json()["job_id"])
-    _wait_for(lambda: all(w.get_current_job_id() for w in deployment.rq_workers()), 60, "both workers busy")
+    _wait_for(lambda: set(_running_by_worker(deployment.redis.client())) == set(WORKERS), 60, "both workers busy")
     return {"made": made, "tier": impl["details"]["sandbox_tier"], "slow_ids": slow_ids, "judge_task": judge_task}
 
 
@@ -164,7 +176,7 @@ def test_status_figures_match_redis_and_the_grades_made(deployment, graded) -> N
         assert w["sandbox_tier"] == graded["tier"]  # the tier that really graded the impl submission
         assert w["state"] == "busy" and w["current_job"]["kind"] == "impl"
     running = {w["current_job"]["id"] for w in workers.values()}
-    assert running == {w.get_current_job_id() for w in deployment.rq_workers()}
+    assert {name: w["current_job"]["id"] for name, w in workers.items()} == _running_by_worker(connection)
     assert running < set(graded["slow_ids"]) and len(running) == 2
 
     queue = Queue("impl", connection=connection, serializer=JSONSerializer)
@@ -185,7 +197,7 @@ def test_metrics_report_queues_workers_and_every_grade(deployment, graded) -> No
     text = deployment.client.get("/metrics").text
     queue = Queue("impl", connection=deployment.redis.client(), serializer=JSONSerializer)
     assert f'scaling_grader_queue_jobs{{queue="impl",state="queued"}} {float(queue.count)}' in text
-    busy = sum(1 for w in deployment.rq_workers() if w.get_current_job_id())
+    busy = len(_running_by_worker(deployment.redis.client()))
     assert f'scaling_grader_workers{{state="busy"}} {float(busy)}' in text and busy == 2
     judge_split = graded["judge_task"].split("/")[0]
     # the grade counter holds the queued grades the workers made and the inline ones the API made

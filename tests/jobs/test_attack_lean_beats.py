@@ -1,7 +1,6 @@
 """Attacks on the lanes' lean beats (worker.grading_worker: a beat renews the job's lease and the
-execution's StartedJobRegistry entry alone; the execution's other RQ records are made to last the
-job's whole timeout, and the lanes' maintenance deletes a dead execution's records when it
-re-queues its job), on real Redis with real worker processes and API servers:
+execution's StartedJobRegistry entry alone; RQ's other records of an execution are not written:
+app.jobs.rq_bookkeeping), on real Redis with real worker processes and API servers:
 
 * a lane SIGKILLed mid-job, with the service's own beat settings: the job is re-queued within
   interval + grace + maintenance interval and finished once by another lane, and no RQ record of
@@ -159,8 +158,8 @@ def test_a_status_page_open_while_the_lanes_are_busy_leaves_no_record_of_the_dea
     body = bodies[job_id]
     assert body["status"] == "finished" and body["result"]["reward"] == 1.0, body
     assert _graded_total(redis_server) == 1
-    # the dead execution's hash was made to last the job's whole timeout: whoever re-queues the job
-    # must take it away, or it stays for a quarter of an hour
+    # (when the lanes wrote RQ's execution hash, it lasted the job's whole timeout, and a re-queue
+    # by RQ's own count left it behind for a quarter of an hour)
     left = {k.decode(): connection.ttl(k) for k in connection.scan_iter(f"rq:execution:{composite}")}
     assert not left, left
 

@@ -18,7 +18,7 @@ import pytest
 import rq
 from rq import Queue, Retry, SimpleWorker, Worker, get_current_job
 from rq.exceptions import NoSuchJobError, StopRequested
-from rq.executions import Execution, ExecutionRegistry
+from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegistry
 from rq.serializers import JSONSerializer
@@ -28,6 +28,7 @@ from rq.worker import BaseWorker, WorkerStatus
 from app.jobs import keys
 from app.jobs.leases import Lease, new_token
 from app.jobs.rq_bookkeeping import LeanBookkeeping
+from app.jobs.worker_registry import running_jobs
 from tests.support.forked import report_from_fork
 from worker.deadline import GradingDeadline, JobDeadline
 from worker.grading_worker import GradingWorker
@@ -78,7 +79,6 @@ def test_the_installed_rq_is_the_pinned_major_version() -> None:
     ("handle_job_success", ["self", "job", "queue", "started_job_registry", "execution"]),
     ("check_for_suspension", ["self", "burst"]),
     ("increment_successful_job_count", ["self", "pipeline"]),
-    ("increment_total_working_time", ["self", "job_execution_time", "pipeline"]),
     ("procline", ["self", "message"]),
 ])
 def test_the_worker_methods_the_lanes_call_or_override(method: str, parameters: list[str]) -> None:
@@ -118,13 +118,10 @@ def test_the_hooks_and_attributes_overridden_are_rq_s() -> None:
     assert issubclass(GradingWorker, LeanBookkeeping) and issubclass(LeanBookkeeping, SimpleWorker)
 
 
-def test_the_execution_records_the_lean_bookkeeping_writes_and_removes_are_rq_s() -> None:
-    # app.jobs.rq_bookkeeping writes RQ's execution records with RQ's own calls, and removes them
-    # by the key names RQ's own objects give
-    assert _parameters(Execution.create) == ["job", "ttl", "pipeline", "worker_name"]
-    assert _parameters(ExecutionRegistry.__init__) == ["self", "job_id", "connection"]
-    assert isinstance(inspect.getattr_static(Execution, "key"), property)
-    assert isinstance(inspect.getattr_static(Execution, "worker_executions_key"), property)
+def test_the_execution_the_lean_bookkeeping_registers_and_removes_is_rq_s() -> None:
+    # app.jobs.rq_bookkeeping makes RQ's Execution object (not its records) and enters it in the
+    # StartedJobRegistry with RQ's own calls
+    assert _parameters(Execution.__init__) == ["self", "id", "job_id", "connection", "worker_name"]
     assert _parameters(StartedJobRegistry.remove_execution)[:4] == ["self", "execution", "job", "pipeline"]
     # the heartbeat renews the execution's registry entry alone (worker.grading_worker)
     assert _parameters(StartedJobRegistry.add_execution) == ["self", "execution", "pipeline", "ttl", "xx"]
@@ -133,9 +130,10 @@ def test_the_execution_records_the_lean_bookkeeping_writes_and_removes_are_rq_s(
     # the maintenance pass between RQ's whole ones looks for abandoned jobs alone
     assert isinstance(inspect.getattr_static(Queue, "started_job_registry"), property)
     assert _parameters(StartedJobRegistry.cleanup) == ["self", "timestamp", "exception_handlers"]
-    assert _parameters(Execution.from_composite_key) == ["composite_key", "connection"]
-    # the status page counts the running jobs without RQ's cleanup (app.jobs.worker_registry)
+    # the status page counts and lists the running jobs without RQ's cleanup, and reads each
+    # one's worker from the job (app.jobs.worker_registry)
     assert _parameters(StartedJobRegistry.get_job_count) == ["self", "cleanup"]
+    assert _parameters(StartedJobRegistry.get_job_ids) == ["self", "start", "end", "desc", "cleanup"]
     assert _parameters(Job.prepare_for_execution) == ["self", "worker_name", "pipeline"]
     for name in ("has_rate_limit", "success_callback", "key"):
         assert isinstance(inspect.getattr_static(Job, name), property), name
@@ -297,8 +295,28 @@ def test_the_lean_beat_keeps_a_running_job_from_being_taken_for_abandoned(redis_
     live._beat_once(job, execution, lease)
     calls = _calls_since_reset(connection)
     assert calls == {"eval": 1, "get": 1, "pexpire": 1, "zadd": 1}, calls
-    # the records a beat no longer renews outlive the TTLs: the status page still sees the job
-    assert GradingWorker.find_by_key(live.key, connection=connection).get_current_job_id() == job.id  # type: ignore[union-attr]
+    # the status page sees the job, and RQ's per-execution records were never written
+    assert running_jobs(connection, ["contract"])[live.name]["id"] == job.id
+    assert not [k for k in connection.scan_iter("rq:execution*")]
+    assert not connection.exists(f"rq:worker:{live.name}:executions")
+
+
+def test_a_job_s_start_is_three_commands_and_no_execution_record(redis_server) -> None:
+    # the StartedJobRegistry entry, the worker's busy state and the job's started record: RQ's
+    # execution hash and its two indexes (7 commands more) are not written
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    queue.enqueue(sleeps, 0, job_id="contract-start")
+    worker = _worker(connection, "starts", GradingWorker)
+    worker.register_birth()
+    job = Job.fetch(queue.pop_job_id(), connection=connection, serializer=JSONSerializer)  # type: ignore[arg-type]
+    connection.config_resetstat()
+    execution = worker.prepare_execution(job)
+    assert _calls_since_reset(connection) == {"zadd": 1, "hset": 2}
+    assert job.get_status() == JobStatus.STARTED and job.worker_name == "starts"
+    assert queue.started_job_registry.get_job_and_execution_ids(cleanup=False) == [(job.id, execution.id)]
+    assert running_jobs(connection, ["contract"])["starts"]["id"] == job.id
+    assert not [k for k in connection.scan_iter("rq:execution*")]
 
 
 def test_the_maintenance_between_rq_s_whole_passes_requeues_an_abandoned_job_and_nothing_else(redis_server) -> None:
@@ -311,9 +329,7 @@ def test_the_maintenance_between_rq_s_whole_passes_requeues_an_abandoned_job_and
     assert job.get_status() == JobStatus.QUEUED and queue.get_job_ids() == ["contract-left"]
     calls = _calls_since_reset(connection)
     assert "smembers" not in calls and "exists" not in calls, calls  # no walk over the registered workers
-    # the dead execution's records, made to last as long as the job may run, went with it
-    assert not [k for k in connection.scan_iter("rq:execution:contract-left:*")]
-    assert connection.zcard(ExecutionRegistry(job_id="contract-left", connection=connection).key) == 0
+    assert not [k for k in connection.scan_iter("rq:execution*")]  # none was written
     connection.config_resetstat()  # with nothing abandoned, a pass is one command a queue
     alive.run_maintenance_tasks()
     calls = _calls_since_reset(connection)
@@ -362,7 +378,6 @@ def test_a_job_that_succeeds_under_the_lean_bookkeeping_leaves_no_rq_record(redi
     assert worker.work(burst=True, with_scheduler=False) is True
     assert _rq_records_of(connection, "contract-lean") == []  # job, executions, registries, results: none
     assert connection.hget("rq:worker:lean", "successful_job_count") == b"1"
-    assert float(connection.hget("rq:worker:lean", "total_working_time") or 0) > 0
     assert worker.get_state() == WorkerStatus.IDLE and connection.hget("rq:worker:lean", "state") == b"idle"
     assert not connection.exists("rq:worker:lean:executions")
 
