@@ -39,10 +39,6 @@ return {allowed, tostring(wait)}
 """
 
 
-# this process's own buckets (reads) beside its fallback copies of the shared ones
-LOCAL_PREFIX = "local:"
-
-
 class MemoryBuckets:
     def __init__(self) -> None:
         self._state: dict[str, tuple[float, float]] = {}
@@ -67,7 +63,9 @@ class RateLimiter:
         self._redis = redis_client
         self.redis = redis_client  # shared with the refusal counts (app.jobs.refusals)
         self._script = redis_client.register_script(_TOKEN_BUCKET) if redis_client is not None else None
-        self._memory = MemoryBuckets()
+        self._memory = MemoryBuckets()  # fallback copies of the shared buckets
+        # this process's own buckets (reads): a store apart, as a tenant's name may be anything
+        self._local = MemoryBuckets()
 
     async def take(self, name: str, rate: float, burst: int, cost: int = 1, shared: bool = True) -> float:
         """0.0 if allowed, else seconds to wait. A cost over the burst can never be paid: the
@@ -76,7 +74,7 @@ class RateLimiter:
         if math.isinf(rate):
             return 0.0
         if not shared:
-            return self._memory.take(f"{LOCAL_PREFIX}{name}", rate, burst, cost)
+            return self._local.take(name, rate, burst, cost)
         if self._script is not None:
             try:
                 allowed, wait = await self._script(keys=[f"sg:tokens:{name}"], args=[rate, burst, cost])

@@ -13,6 +13,12 @@ and the loopback judge (tests/fake_openai.py) on the host, bound to that network
 BOOK_MIRROR (or SCALING_GRADER_BOOK_MIRROR) adds the book's judge items. KEEP_STACK=1 leaves the
 stack up afterwards.
 
+First, impl jobs alone (STACK_SOAK_IMPL_ALONE_SECONDS of posts, default 4 minutes, 30 s in smoke
+mode): the 24 rollout workers below post honest and hostile impl completions and wait for their
+rewards, with no numeric grades, judge items or faults, and Redis's commands from the first post
+to the last answer divided by the jobs answered give the commands per queued impl job with
+nothing taken out (the stack's idle upkeep in that time is printed beside it).
+
 Load: numeric grades (inline references) at a steady rate with bursts; 24 rollout workers, each
 posting an impl job and waiting for its reward with the API's wait (no polling) before the next,
 more than the workers grade at once (a backlog in the queue): honest completions (right, wrong, half-right),
@@ -24,8 +30,9 @@ Printed, start vs end: zombies, open fds and RSS per container (the service's ow
 gVisor's, nor Docker's health probe; for a container a fault killed and started again, also its
 last life's memory once warm against the end, and for each the samples taken every minute
 and their peak), dying memory cgroups on the host, Redis memory, and Redis commands per queued
-job (from the start to the first fault, and over the whole run across Redis's restarts; a numeric
-grade's share, measured on the quiet stack beyond its idle upkeep, taken out); jobs sent,
+job (of the impl jobs alone; then under the mixed load, from the start to the first fault and over
+the whole run across Redis's restarts, a numeric grade's share, measured on the quiet stack beyond
+its idle upkeep, taken out); jobs sent,
 answered, lost, rewritten (a result that changed after the client read it), rewards that differ
 for the same completion, unscored impl jobs; numeric p50/p99 on the quiet stack and under the
 load, and the impl backlog. Targets: 0 lost, 0 rewritten, 0 inconsistent, zombies and dying
@@ -433,7 +440,7 @@ def rollout_worker(soak: SoakStack, ledger: Ledger, stop: threading.Event, index
 IMPL_ALONE_DRAIN = 300.0
 
 
-def impl_alone(soak: SoakStack, seconds: float) -> dict[str, Any]:
+def impl_alone(soak: SoakStack, seconds: float, clients: int = ROLLOUT_WORKERS) -> dict[str, Any]:
     """Impl jobs alone, before the mixed load: the rollout workers post honest and hostile impl
     completions for ``seconds`` (no numeric grades, no judge items, no faults, none of the soak's
     samplers), then wait for the jobs they have out. Redis's commands from the first post to the
@@ -441,7 +448,7 @@ def impl_alone(soak: SoakStack, seconds: float) -> dict[str, Any]:
     taken out: the API's, the lanes' beats and upkeep, the stack's idle upkeep in that time."""
     ledger, stop, give_up = Ledger(), threading.Event(), threading.Event()
     threads = [threading.Thread(target=rollout_worker, args=(soak, ledger, stop, 100 + i, []),
-                                kwargs={"give_up": give_up}, daemon=True) for i in range(ROLLOUT_WORKERS)]
+                                kwargs={"give_up": give_up}, daemon=True) for i in range(clients)]
     before, began = redis_facts(soak), time.monotonic()
     for t in threads:
         t.start()
@@ -600,7 +607,7 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
     rs = start["redis"]
     memory = f"{_mib(rs.get('used_memory', 0))} -> {_mib(end['redis'].get('used_memory', 0))}"
     print(f"redis: memory {memory} (start -> end)")
-    idle = sum(start.get("idle_rate", {}).values())
+    idle = sum(v for k, v in start.get("idle_rate", {}).items() if k not in _SOAKS_OWN)
     print(f"redis, the idle stack before the load: {idle:.1f} commands/s (the lanes' upkeep, the API's); a numeric "
           f"grade beyond that: {sum(start.get('calls_per_numeric', {}).values()):.1f} (rate limits)")
     if start.get("impl_alone"):
@@ -655,10 +662,12 @@ def _report_impl_alone(alone: dict[str, Any]) -> None:
         print("redis, impl jobs alone: no job answered")
         return
     total = sum(calls.values())
+    upkeep = alone["idle_rate"] * alone["seconds"]
     print(f"redis, impl jobs alone ({alone['posting'] / 60:.1f} min of posts, {alone['seconds'] / 60:.1f} min to the "
           f"last answer; no numeric grades, judge items or faults; nothing taken out): {total} commands for "
           f"{answered} queued impl jobs answered {alone['kinds']} (of {alone['sent']} sent): "
-          f"{total / answered:.1f} per job (target: at most 40)")
+          f"{total / answered:.1f} per job (target: at most 40); of them the idle stack's upkeep in that time "
+          f"(its rate before the load): {upkeep / answered:.1f}, the rest {(total - upkeep) / answered:.1f}")
     busiest = sorted(calls.items(), key=lambda kv: -kv[1])[:14]
     print("  per queued job, by command: " + ", ".join(f"{name} {n / answered:.1f}" for name, n in busiest))
 
@@ -765,7 +774,7 @@ def main(smoke: bool) -> None:
         start = snapshot(soak)
         start["idle_rate"] = idle_rate
         start["calls_per_numeric"] = calls_per_numeric
-        start["impl_alone"] = alone
+        start["impl_alone"] = alone | {"idle_rate": sum(v for k, v in idle_rate.items() if k not in _SOAKS_OWN)}
         began, faults, rng, n = time.monotonic(), [], random.Random(3), 0
         redis_before_faults: dict[str, int] = {}
         while time.monotonic() - began < seconds:

@@ -28,11 +28,14 @@ from app.jobs.grade_log import TOTALS_KEY, GradeCount
 # KEYS: result, lease, attempts. ARGV: token, lease ms, ttl s.
 # -> 0: a result exists; -1: another attempt holds the lease; n >= 1: taken, this is attempt n.
 # (SET NX GET checks and takes the lease in one command; the attempts counter is made with its
-# TTL by one SET NX, the first attempt of every job, and counted on by INCR after that.)
+# TTL by one SET NX, the first attempt of every job, and counted on by INCR after that. A take
+# repeated by the attempt that holds the lease, after a reply lost to a Redis error, is not
+# counted again.)
 _TAKE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local holder = redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2], 'NX', 'GET')
 if holder and holder ~= ARGV[1] then return -1 end
+if holder then return tonumber(redis.call('GET', KEYS[3])) or 1 end
 if redis.call('SET', KEYS[3], '1', 'EX', ARGV[3], 'NX') then return 1 end
 return redis.call('INCR', KEYS[3])
 """

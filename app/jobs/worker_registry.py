@@ -13,6 +13,8 @@ from typing import Any, cast
 
 import redis
 from rq import Queue, Worker
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from app.graders.kinds import queue_names
@@ -38,8 +40,12 @@ def running_jobs(connection: redis.Redis, queues: Iterable[str] | None = None) -
     for name in queue_names() if queues is None else queues:
         queue = Queue(name, connection=connection, serializer=JSONSerializer)
         for job_id in queue.started_job_registry.get_job_ids(cleanup=False):
-            job = queue.fetch_job(job_id)  # None once it finished and its record went
-            if job is None or not job.worker_name or job.get_status(refresh=False) != "started":
+            try:
+                # not Queue.fetch_job: on a record gone it removes the id from the queue (LREM)
+                job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
+            except NoSuchJobError:  # it finished and its record went
+                continue
+            if job.origin != name or not job.worker_name or job.get_status(refresh=False) != "started":
                 continue
             started = _timestamp(job.started_at)
             seen = running.get(job.worker_name)

@@ -5,13 +5,17 @@ like with like, and the reference completion earns the full reward."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
 import pytest
 
-from bench.bench_stack_soak import Ledger, SoakStack, _calls, _verdict, rollout_worker
+from bench.bench_stack_soak import Ledger, SoakStack, _calls, _verdict, impl_alone, rollout_worker
+from tests.support.impl_jobs import FAST_QUEUE
+from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
+from tests.support.workers import start_worker, stop_worker
 
 
 @pytest.mark.slow  # impl grades, hostile ones among them, in a real server
@@ -48,3 +52,37 @@ def test_command_calls_between_two_readings() -> None:
     before = {"calls:get": 3, "calls:hset": 1, "used_memory": 10}
     after = {"calls:get": 5, "calls:hset": 1, "calls:eval": 2, "used_memory": 99}
     assert _calls(before, after) == {"get": 2, "hset": 0, "eval": 2}
+
+
+class _LocalRedisSoak(SoakStack):
+    """The soak's view of a stack whose Redis is a local one: redis-cli on the host, not in a
+    container (the soak's own readings of Redis's counters go through the same parsing)."""
+
+    redis_port: int = 0
+
+    def redis(self, *args: str) -> str:
+        done = subprocess.run(["redis-cli", "-p", str(self.redis_port), *args], capture_output=True, text=True,
+                              timeout=30, check=True)
+        return done.stdout.strip()
+
+
+@pytest.mark.slow  # a Redis, an API server and a worker, impl grades hostile ones among them
+def test_impl_jobs_alone_count_every_command_of_the_jobs_answered_and_none_of_the_soaks() -> None:
+    redis_server = RedisServer().start()
+    worker = start_worker(redis_server.url, "alone", FAST_QUEUE)
+    try:
+        with running_server({"SCALING_GRADER_REDIS_URL": redis_server.url, **FAST_QUEUE}) as url:
+            soak = _LocalRedisSoak("unused", int(url.rsplit(":", 1)[1]), {}, api_key="open-mode-ignores-keys")
+            soak.redis_port = redis_server.port
+            alone = impl_alone(soak, 8.0, clients=3)
+            after = redis_server.client().info("commandstats")
+    finally:
+        stop_worker(worker)
+        redis_server.close()
+    assert alone["answered"] == alone["sent"] > 0  # every job out when the posts stopped was waited for
+    assert sum(alone["kinds"].values()) == alone["answered"]
+    calls = alone["calls"]
+    assert "info" not in calls  # the soak's own readings are left out
+    # every job of the window was enqueued and dequeued in it: its commands are all counted
+    assert calls["rpush"] == alone["sent"] and calls["blpop"] >= alone["sent"]
+    assert int(after["cmdstat_rpush"]["calls"]) == alone["sent"]
