@@ -19,7 +19,7 @@ from rq.serializers import JSONSerializer
 from app.grade_ledger import ledger
 from app.jobs import grade_log, refusals
 from app.jobs.redis_jobs import REDIS_ERRORS, sync_connection
-from app.jobs.worker_registry import queue_depths
+from app.jobs.worker_registry import queue_depths, running_jobs, worker_state
 from app.observability import REGISTRY
 
 
@@ -37,6 +37,7 @@ class QueueCollector(Collector):
         try:
             depths = queue_depths(self.connection)
             workers = Worker.all(connection=self.connection, serializer=JSONSerializer)
+            running = running_jobs(self.connection)
             refused = refusals.totals(self.connection)
         except REDIS_ERRORS:
             up.add_metric([], 0)
@@ -62,7 +63,7 @@ class QueueCollector(Collector):
         yield deployment_refused
         states: dict[str, int] = {"idle": 0, "busy": 0}
         for worker in workers:
-            state = str(worker.get_state())
+            state = worker_state(worker, running)
             states[state] = states.get(state, 0) + 1
         live = GaugeMetricFamily("scaling_grader_workers", "Workers registered in RQ, by state", labels=["state"])
         for state, count in states.items():

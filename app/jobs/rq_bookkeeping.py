@@ -11,13 +11,16 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
 
 * ``prepare_execution``: the execution's entry in the queue's ``StartedJobRegistry`` (the record
   RQ's abandoned-job handling reads; its TTL is the heartbeat's, renewed by every beat:
-  worker.grading_worker), the worker's ``busy`` state and the job's ``started`` record (status,
-  started_at, worker_name, last_heartbeat: ``Job.prepare_for_execution``), as RQ writes them, in
-  one pipeline without MULTI/EXEC: 3 commands. Not RQ's other records of an execution
-  (``Execution.create``: its hash, the job's and the worker's indexes of it, each with a TTL,
-  7 commands more, and 3 more to delete): RQ's monitoring reads them (``rq info``'s job of a
-  worker), nothing RQ runs does. The status page finds a worker's job the other way round, in the
-  StartedJobRegistry and the job's ``worker_name`` (app.jobs.worker_registry).
+  worker.grading_worker) and the job's ``started`` record (status, started_at, worker_name,
+  last_heartbeat: ``Job.prepare_for_execution``), as RQ writes them, in one pipeline without
+  MULTI/EXEC: 2 commands. Not the worker's ``busy`` state, nor its ``idle`` state after the job
+  (an HSET each; kept in memory: ``set_state``): the StartedJobRegistry says which worker is
+  busy, and the status page and metrics read it there (app.jobs.worker_registry); RQ's own tools
+  show a lane as idle. Nor
+  RQ's other records of an execution (``Execution.create``: its hash, the job's and the worker's
+  indexes of it, each with a TTL, 7 commands more, and 3 more to delete): RQ's monitoring reads
+  them (``rq info``'s job of a worker), nothing RQ runs does. The status page finds a worker's
+  job the other way round, in the StartedJobRegistry and the job's ``worker_name``.
 * ``prepare_job_execution``: RQ writes the job's ``started`` record here, a round trip later, in a
   transaction with a separate job beat writing the same ``last_heartbeat`` again, a worker beat
   (sent only when the worker's key needs one: worker.grading_worker) and a PERSIST of a job key
@@ -30,16 +33,19 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
   keeps the job's heartbeat fresh while success or failure callbacks run; there are none.
 * ``handle_job_success``: what RQ does with ``result_ttl=0`` (the job's records deleted once it
   succeeded: the service's result key holds the result), plus the worker's count of jobs done
-  (the status page shows it; not RQ's total working time, which nothing reads) and its
-  ``idle`` state, in one pipeline: the worker's count, a DEL of the job hash, the entry in the
-  StartedJobRegistry, and the worker's state (4 commands, against about 20 for RQ's path). A job that uses
+  (the status page shows it; not RQ's total working time, which nothing reads), in one
+  pipeline: the worker's count, a DEL of the job hash and the entry in the StartedJobRegistry (3
+  commands, against about 20 for RQ's path). A job that uses
   anything this skips (repeats, success callbacks, a rate limit, a result TTL other than 0)
   takes RQ's own path.
-* ``set_state``: an unchanged state is not written again outside a pipeline (RQ writes ``idle``
-  after each job and again before each dequeue).
+* ``set_state``: ``busy`` and ``idle`` around each job are kept in memory only (RQ's warm stop
+  reads them; the StartedJobRegistry tells others which worker is busy); other states (its start,
+  ``suspended``) are written as RQ writes them, an unchanged one not again outside a pipeline.
 * ``check_for_suspension``: ``rq suspend`` is checked at most once every 5 s between jobs (and
-  before every job in burst mode), not before every job (a transaction of 3 commands each time):
-  a suspension takes effect within 5 s, after the job in hand, as before.
+  before every job in burst mode), not before every job, and with one EXISTS of RQ's suspension
+  key (RQ's check is a transaction of 3 commands and a worker beat); RQ's own handling (the
+  ``suspended`` state, the wait, burst mode's exit) runs once it is set. A suspension takes
+  effect within 5 s, after the job in hand, as before.
 
 What RQ guarantees and the service relies on is unchanged: a job is pushed and popped by RQ; its
 execution is in the StartedJobRegistry with status ``started`` while it runs, its entry renewed
@@ -51,17 +57,29 @@ raises takes RQ's failure path unchanged (failed registry, ``failed`` status the
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 from uuid import uuid4
 
 from rq import SimpleWorker
 from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
+from rq.suspension import WORKERS_SUSPENDED
 from rq.utils import now
 from rq.worker import WorkerStatus
 
 SUSPENSION_CHECK_SECONDS = 5.0
+
+
+class _Unsent:
+    """A pipeline that sends nothing: RQ's set_state then keeps the state in memory alone."""
+
+    def hset(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_UNSENT = _Unsent()
+_JOB_STATES = (WorkerStatus.BUSY, WorkerStatus.IDLE)
 
 
 def lean_success_applies(job: Job) -> bool:
@@ -82,7 +100,7 @@ class LeanBookkeeping(SimpleWorker):
         with self.connection.pipeline(transaction=False) as pipeline:
             job.started_job_registry.add_execution(execution, pipeline=pipeline, ttl=self.get_heartbeat_ttl(job))
             self.executions[execution.id] = execution
-            self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
+            self.set_state(WorkerStatus.BUSY, pipeline=pipeline)  # in memory (set_state)
             # the job's started record in the same round trip as its StartedJobRegistry entry
             # (RQ writes it a round trip later, in prepare_job_execution): a worker killed in
             # between would leave a job RQ's abandoned-job handling skips (it re-queues only
@@ -116,13 +134,18 @@ class LeanBookkeeping(SimpleWorker):
             self.increment_successful_job_count(pipeline=pipeline)
             pipeline.delete(job.key)
             started_job_registry.remove_execution(execution, pipeline=pipeline)
-            self.set_state(WorkerStatus.IDLE, pipeline=pipeline)
+            self.set_state(WorkerStatus.IDLE, pipeline=pipeline)  # in memory (set_state)
             pipeline.execute()
         self.executions.pop(execution.id, None)
         self.log.info("Successfully completed job %s in %ss on worker %s", job.id, job.ended_at - job.started_at,
                       self.name)
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
+        if state in _JOB_STATES and self.get_state() in _JOB_STATES:
+            # busy <-> idle around a job: kept in memory (RQ's warm stop reads it: a stop asked
+            # of a busy worker waits for its job), not written (the StartedJobRegistry says it)
+            super().set_state(state, cast("Any", _UNSENT))
+            return
         if pipeline is None and state == self.get_state():
             return
         super().set_state(state, pipeline)
@@ -132,4 +155,5 @@ class LeanBookkeeping(SimpleWorker):
         if not burst and clock - self._suspension_checked_at < SUSPENSION_CHECK_SECONDS:
             return
         self._suspension_checked_at = clock
-        super().check_for_suspension(burst)
+        if self.connection.exists(WORKERS_SUSPENDED):
+            super().check_for_suspension(burst)

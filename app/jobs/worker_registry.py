@@ -16,6 +16,7 @@ from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
+from rq.worker import BaseWorker
 
 from app.graders.kinds import queue_names
 
@@ -58,6 +59,12 @@ def running_jobs(connection: redis.Redis, queues: Iterable[str] | None = None) -
             for worker, job in running.items()}
 
 
+def worker_state(worker: BaseWorker, running: dict[str, dict[str, Any]]) -> str:
+    """``busy`` while the worker runs a job (running_jobs), else the state RQ holds for it: the
+    lanes do not write ``busy`` and ``idle`` around each job (app.jobs.rq_bookkeeping)."""
+    return "busy" if worker.name in running else str(worker.get_state())
+
+
 def live_workers(connection: redis.Redis) -> list[dict[str, Any]]:
     """One row per registered worker, sorted by name: its state, queues, sandbox tier, and the
     kind and age of the job it is running. Job ids only: payloads hold candidate text."""
@@ -69,7 +76,7 @@ def live_workers(connection: redis.Redis) -> list[dict[str, Any]]:
             "name": worker.name,
             "hostname": worker.hostname,
             "pid": worker.pid,
-            "state": str(worker.get_state()),
+            "state": worker_state(worker, running),
             "queues": worker.queue_names(),
             "sandbox_tier": tier.decode() if tier else None,
             "current_job": running.get(worker.name),

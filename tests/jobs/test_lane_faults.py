@@ -14,6 +14,7 @@ import pytest
 from rq import Worker
 from rq.serializers import JSONSerializer
 
+from app.jobs.worker_registry import running_jobs
 from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, SLOW_RIGHT, SLOW_WRONG, collect, until
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
@@ -94,9 +95,8 @@ def test_two_workers_handed_the_same_job_grade_it_once(redis_server) -> None:
             job_id = _submit(client, SLOW_RIGHT, "raced")
             connection.rpush("rq:queue:impl", job_id)  # the same job, queued a second time
             results = collect(client, [job_id], timeout=180)
-            until(lambda: connection.llen("rq:queue:impl") == 0 and all(
-                connection.hget(f"rq:worker:{n}", "state") == b"idle" for n in ("racer-a", "racer-b")), 120,
-                "both workers to be done with it")
+            until(lambda: connection.llen("rq:queue:impl") == 0 and not running_jobs(connection), 120,
+                  "both workers to be done with it")
             time.sleep(2)  # beats and a maintenance pass after it
             counts = {n: int(connection.hget(f"rq:worker:{n}", "successful_job_count") or 0)
                       for n in ("racer-a", "racer-b")}

@@ -28,7 +28,7 @@ from rq.worker import BaseWorker, WorkerStatus
 from app.jobs import keys
 from app.jobs.leases import Lease, new_token
 from app.jobs.rq_bookkeeping import LeanBookkeeping
-from app.jobs.worker_registry import running_jobs
+from app.jobs.worker_registry import running_jobs, worker_state
 from tests.support.forked import report_from_fork
 from worker.deadline import GradingDeadline, JobDeadline
 from worker.grading_worker import GradingWorker
@@ -301,21 +301,29 @@ def test_the_lean_beat_keeps_a_running_job_from_being_taken_for_abandoned(redis_
     assert not connection.exists(f"rq:worker:{live.name}:executions")
 
 
-def test_a_job_s_start_is_three_commands_and_no_execution_record(redis_server) -> None:
-    # the StartedJobRegistry entry, the worker's busy state and the job's started record: RQ's
-    # execution hash and its two indexes (7 commands more) are not written
+def test_a_job_s_start_is_two_commands_and_no_execution_record(redis_server) -> None:
+    # the StartedJobRegistry entry and the job's started record: not the worker's busy state (the
+    # registry says it), nor RQ's execution hash and its two indexes (7 commands more)
     connection = redis_server.client()
     queue = Queue("contract", connection=connection, serializer=JSONSerializer)
     queue.enqueue(sleeps, 0, job_id="contract-start")
     worker = _worker(connection, "starts", GradingWorker)
     worker.register_birth()
+    worker.set_state(WorkerStatus.IDLE)  # as RQ's loop does before it dequeues: written
+    assert connection.hget(worker.key, "state") == b"idle"
     job = Job.fetch(queue.pop_job_id(), connection=connection, serializer=JSONSerializer)  # type: ignore[arg-type]
     connection.config_resetstat()
     execution = worker.prepare_execution(job)
-    assert _calls_since_reset(connection) == {"zadd": 1, "hset": 2}
+    assert _calls_since_reset(connection) == {"zadd": 1, "hset": 1}
+    # busy in memory (RQ's warm stop waits for the job of a busy worker), not in Redis
+    assert worker.get_state() == WorkerStatus.BUSY and connection.hget(worker.key, "state") == b"idle"
     assert job.get_status() == JobStatus.STARTED and job.worker_name == "starts"
     assert queue.started_job_registry.get_job_and_execution_ids(cleanup=False) == [(job.id, execution.id)]
-    assert running_jobs(connection, ["contract"])["starts"]["id"] == job.id
+    running = running_jobs(connection, ["contract"])
+    assert running["starts"]["id"] == job.id
+    hydrated = GradingWorker.find_by_key(worker.key, connection=connection)
+    assert hydrated is not None and worker_state(hydrated, running) == "busy"
+    assert worker_state(hydrated, {}) == str(hydrated.get_state()) != "busy"  # RQ's record: not written busy
     assert not [k for k in connection.scan_iter("rq:execution*")]
 
 
@@ -405,6 +413,19 @@ def test_a_job_that_fails_under_the_lean_bookkeeping_takes_rq_s_failure_path(red
     assert "contract-lean-fails" in FailedJobRegistry("contract", connection=connection).get_job_ids()
     assert queue.started_job_registry.get_job_ids() == []
     assert connection.hget("rq:worker:lean-fails", "state") == b"idle"
+
+
+def test_a_suspension_check_is_one_exists_of_the_key_rq_suspend_sets(redis_server) -> None:
+    from rq.suspension import WORKERS_SUSPENDED, resume, suspend
+
+    connection = redis_server.client()
+    suspend(connection)
+    assert connection.exists(WORKERS_SUSPENDED)
+    resume(connection)
+    worker = _worker(connection, "checks", LeanBookkeeping)
+    connection.config_resetstat()
+    worker.check_for_suspension(burst=True)
+    assert _calls_since_reset(connection) == {"exists": 1}
 
 
 def test_a_suspension_stops_the_lean_worker_before_its_next_job(redis_server) -> None:

@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from app.jobs.worker_registry import running_jobs
 from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, collect, completion, until
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
@@ -46,8 +47,12 @@ def _grading(redis_server: RedisServer, worker: str, job_id: str) -> bool:
     return name == worker.encode() and status == b"started" and client.get(f"sg:lease:{job_id}") is not None
 
 
-def _idle(redis_server: RedisServer, worker: str) -> bool:
-    return redis_server.client().hget(f"rq:worker:{worker}", "state") == b"idle"
+def _done_with_a_job(redis_server: RedisServer, worker: str) -> bool:
+    """The worker ended a job (RQ's count of its jobs, done or failed) and runs none now (the
+    lanes do not write busy and idle: the StartedJobRegistry, as the status page reads it)."""
+    connection = redis_server.client()
+    done, failed = connection.hmget(f"rq:worker:{worker}", "successful_job_count", "failed_job_count")
+    return int(done or 0) + int(failed or 0) >= 1 and worker not in running_jobs(connection)
 
 
 def _graded_total(redis_server: RedisServer) -> int:
@@ -85,7 +90,7 @@ def test_a_worker_stopped_past_its_heartbeat_neither_overwrites_nor_recounts(red
             assert redis_server.client().hget("rq:worker:survivor", "successful_job_count") == b"1"
             os.killpg(victim.pid, signal.SIGCONT)
             # The stopped attempt goes on (its cases may now time out) and ends without writing.
-            until(lambda: _idle(redis_server, "stopped"), 120, "the victim to finish its stale attempt")
+            until(lambda: _done_with_a_job(redis_server, "stopped"), 120, "the victim to finish its stale attempt")
             time.sleep(2)  # beats and a maintenance pass after it
             assert victim.poll() is None  # it carries on working
             assert _stored(redis_server, job_id) == stored  # not overwritten
@@ -119,7 +124,7 @@ def test_a_worker_cut_off_past_its_heartbeat_does_not_requeue_or_rewrite_and_rec
             stop_worker(survivor)  # the next job can go only to the victim
             survivor = None
             proxy.resume()
-            until(lambda: _idle(redis_server, "cut-off"), 180, "the victim to reconnect and go idle")
+            until(lambda: _done_with_a_job(redis_server, "cut-off"), 180, "the victim to reconnect and go idle")
             time.sleep(3)  # beats and maintenance passes after it
             assert victim.poll() is None  # reconnected, did not exit
             assert _stored(redis_server, job_id) == stored
