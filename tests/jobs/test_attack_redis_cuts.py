@@ -62,6 +62,25 @@ async def _waiting(notices: ResultNotices, direct: aioredis.Redis, job_id: str, 
     return asyncio.create_task(notices.wait_for(job_id, read, wait))
 
 
+def _with_api_client_through_a_proxy(redis_server: RedisServer, scenario: Any) -> tuple[Any, float]:
+    """Runs ``scenario(proxy, notices, direct)``: the API's own client (its retries and keepalive)
+    reaches Redis through a pausable proxy; ``direct`` reads and writes past it."""
+    proxy = PausableProxy(redis_server.port)
+
+    async def run() -> tuple[Any, float]:
+        via_proxy, direct = RedisJobs(Settings(redis_url=proxy.url), print), aioredis.Redis.from_url(redis_server.url)
+        try:
+            return await scenario(proxy, via_proxy.notices, direct)
+        finally:
+            await via_proxy.close()
+            await direct.aclose()
+
+    try:
+        return asyncio.run(run())
+    finally:
+        proxy.close()
+
+
 # ------------------------------------------------------------------ results woken by the subscription
 
 
@@ -69,30 +88,18 @@ def test_a_result_written_before_the_first_subscription_is_confirmed_is_read(red
     # The subscription is held up (its bytes stuck in a partition) past the first waiter's 1 s:
     # the waiter reads (nothing), the result is written and announced to nobody; the
     # confirmation, when it comes, must make the waiter read again.
-    proxy = PausableProxy(redis_server.port)
+    async def scenario(proxy: PausableProxy, notices: ResultNotices, direct: Any) -> tuple[Any, float]:
+        proxy.pause()
+        started = time.monotonic()
+        task = await _waiting(notices, direct, "early", 30)
+        await asyncio.sleep(1.5)  # past the first waiter's wait for the subscription, and its first read
+        assert not task.done()
+        _write_result(redis_server, "early")  # announced while nobody is subscribed
+        await asyncio.sleep(0.5)
+        proxy.resume()
+        return await task, time.monotonic() - started
 
-    async def run() -> tuple[Any, float]:
-        # the API's own client (its retries and keepalive), through the proxy; reads go direct
-        via_proxy, direct = RedisJobs(Settings(redis_url=proxy.url), print), aioredis.Redis.from_url(redis_server.url)
-        notices = via_proxy.notices
-        try:
-            proxy.pause()
-            started = time.monotonic()
-            task = await _waiting(notices, direct, "early", 30)
-            await asyncio.sleep(1.5)  # past the first waiter's wait for the subscription, and its first read
-            assert not task.done()
-            _write_result(redis_server, "early")  # announced while nobody is subscribed
-            await asyncio.sleep(0.5)
-            proxy.resume()
-            return await task, time.monotonic() - started
-        finally:
-            await via_proxy.close()
-            await direct.aclose()
-
-    try:
-        found, took = asyncio.run(run())
-    finally:
-        proxy.close()
+    found, took = _with_api_client_through_a_proxy(redis_server, scenario)
     assert found == RESULT and took < 10, (found, took)
 
 
@@ -100,31 +107,19 @@ def test_a_result_announced_while_the_subscription_is_dropped_unseen_is_read(red
     # Redis drops the subscriber (CLIENT KILL) while a partition hides it from the API; the result
     # is announced meanwhile. When the partition heals the drop shows, and the re-subscription's
     # confirmation must wake the waiter to read.
-    proxy = PausableProxy(redis_server.port)
+    async def scenario(proxy: PausableProxy, notices: ResultNotices, direct: Any) -> tuple[Any, float]:
+        task = await _waiting(notices, direct, "dropped", 40)
+        await asyncio.sleep(0.5)  # subscribed, first read done
+        proxy.pause()
+        assert redis_server.client().execute_command("CLIENT", "KILL", "TYPE", "pubsub") >= 1
+        _write_result(redis_server, "dropped")
+        started = time.monotonic()
+        await asyncio.sleep(1.0)
+        assert not task.done()
+        proxy.resume()
+        return await task, time.monotonic() - started
 
-    async def run() -> tuple[Any, float]:
-        # the API's own client (its retries and keepalive), through the proxy; reads go direct
-        via_proxy, direct = RedisJobs(Settings(redis_url=proxy.url), print), aioredis.Redis.from_url(redis_server.url)
-        notices = via_proxy.notices
-        try:
-            task = await _waiting(notices, direct, "dropped", 40)
-            await asyncio.sleep(0.5)  # subscribed, first read done
-            proxy.pause()
-            assert redis_server.client().execute_command("CLIENT", "KILL", "TYPE", "pubsub") >= 1
-            _write_result(redis_server, "dropped")
-            started = time.monotonic()
-            await asyncio.sleep(1.0)
-            assert not task.done()
-            proxy.resume()
-            return await task, time.monotonic() - started
-        finally:
-            await via_proxy.close()
-            await direct.aclose()
-
-    try:
-        found, took = asyncio.run(run())
-    finally:
-        proxy.close()
+    found, took = _with_api_client_through_a_proxy(redis_server, scenario)
     assert found == RESULT and took < 10, (found, took)
 
 
