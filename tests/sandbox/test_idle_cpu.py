@@ -131,17 +131,25 @@ from app.sandbox.pool import get_sandbox
 from app.settings import SandboxSettings
 box = get_sandbox(SandboxSettings(warm_pool_size=0, tier="bubblewrap", python_guards=False, idle_cpu=True))
 source = "def f():\\n    import time\\n    time.sleep(1.5)\\n    return 1\\n"
-import threading
+import threading, time
 seen = []
+ended = threading.Event()
 def look():
-    import time
-    time.sleep(0.8)
-    group = box._cgroups.idle_group
-    seen.append(open(group / "cgroup.procs").read().split() if group else None)
+    # until a process of the case shows in the group, or the case ends (a loaded machine may
+    # take seconds to start it: a fixed moment to look would miss it)
+    while not ended.is_set():
+        cgroups = box._cgroups  # made as the first case starts
+        group = cgroups.idle_group if cgroups is not None else None
+        procs = open(group / "cgroup.procs").read().split() if group else []
+        if procs:
+            seen.append(procs)
+            return
+        time.sleep(0.05)
 t = threading.Thread(target=look); t.start()
 run = box.run(source, "f", [], profile="numpy")
+ended.set()
 t.join()
-print(json.dumps({"status": run.status, "limits": box.limits, "in_idle_group": seen[0]}))
+print(json.dumps({"status": run.status, "limits": box.limits, "in_idle_group": seen[0] if seen else None}))
 box.shutdown()
 """
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180)
