@@ -16,11 +16,11 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
   MULTI/EXEC: 2 commands. Not the worker's ``busy`` state, nor its ``idle`` state after the job
   (an HSET each; kept in memory: ``set_state``): the StartedJobRegistry says which worker is
   busy, and the status page and metrics read it there (app.jobs.worker_registry); RQ's own tools
-  show a lane as idle. Nor
-  RQ's other records of an execution (``Execution.create``: its hash, the job's and the worker's
-  indexes of it, each with a TTL, 7 commands more, and 3 more to delete): RQ's monitoring reads
-  them (``rq info``'s job of a worker), nothing RQ runs does. The status page finds a worker's
-  job the other way round, in the StartedJobRegistry and the job's ``worker_name``.
+  show a lane as idle. Nor RQ's other records of an execution (``Execution.create``: its hash,
+  the job's and the worker's indexes of it, each with a TTL, 7 commands more, and 3 more to
+  delete): RQ's monitoring reads them (``rq info``'s job of a worker), nothing RQ runs does. The
+  status page finds a worker's job the other way round, in the StartedJobRegistry and the job's
+  ``worker_name``.
 * ``prepare_job_execution``: RQ writes the job's ``started`` record here, a round trip later, in a
   transaction with a separate job beat writing the same ``last_heartbeat`` again, a worker beat
   (sent only when the worker's key needs one: worker.grading_worker) and a PERSIST of a job key
