@@ -278,8 +278,9 @@ _SOAKS_OWN = ("info", "config|resetstat")
 
 
 def _calls(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    """Calls of each command between two of redis_facts' readings."""
-    return {k.removeprefix("calls:"): after[k] - before.get(k, 0) for k in after if k.startswith("calls:")}
+    """Calls of each command between two of redis_facts' readings (not the soak's own)."""
+    return {name: after[k] - before.get(k, 0) for k in after
+            if k.startswith("calls:") and (name := k.removeprefix("calls:")) not in _SOAKS_OWN}
 
 
 def whole_run_calls(start: dict[str, int], lives: list[dict[str, int]], end: dict[str, int]) -> dict[str, int]:
@@ -460,7 +461,7 @@ def impl_alone(soak: SoakStack, seconds: float, clients: int = ROLLOUT_WORKERS) 
     give_up.set()
     for t in threads:
         t.join(timeout=10)
-    calls = {name: n for name, n in _calls(before, redis_facts(soak)).items() if name not in _SOAKS_OWN}
+    calls = _calls(before, redis_facts(soak))
     kinds: dict[str, int] = defaultdict(int)
     for job_id in ledger.first_result:
         kinds[ledger.jobs[job_id][0]] += 1
@@ -607,11 +608,11 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
     rs = start["redis"]
     memory = f"{_mib(rs.get('used_memory', 0))} -> {_mib(end['redis'].get('used_memory', 0))}"
     print(f"redis: memory {memory} (start -> end)")
-    idle = sum(v for k, v in start.get("idle_rate", {}).items() if k not in _SOAKS_OWN)
+    idle = sum(start.get("idle_rate", {}).values())
     print(f"redis, the idle stack before the load: {idle:.1f} commands/s (the lanes' upkeep, the API's); a numeric "
           f"grade beyond that: {sum(start.get('calls_per_numeric', {}).values()):.1f} (rate limits)")
     if start.get("impl_alone"):
-        _report_impl_alone(start["impl_alone"])
+        _report_impl_alone(start["impl_alone"], idle)
     if rs and end.get("redis_before_faults"):
         _redis_per_job("from the start to the first fault", _calls(rs, end["redis_before_faults"]), ledger,
                        answered, start, (start["at"], end["first_fault_at"]))
@@ -656,13 +657,13 @@ def report(start: dict, end: dict, ledger: Ledger, final: dict[str, dict], quiet
               f"end {depths[-1]}")
 
 
-def _report_impl_alone(alone: dict[str, Any]) -> None:
+def _report_impl_alone(alone: dict[str, Any], idle_rate: float) -> None:
     calls, answered = alone["calls"], alone["answered"]
     if not answered:
         print("redis, impl jobs alone: no job answered")
         return
     total = sum(calls.values())
-    upkeep = alone["idle_rate"] * alone["seconds"]
+    upkeep = idle_rate * alone["seconds"]
     print(f"redis, impl jobs alone ({alone['posting'] / 60:.1f} min of posts, {alone['seconds'] / 60:.1f} min to the "
           f"last answer; no numeric grades, judge items or faults; nothing taken out): {total} commands for "
           f"{answered} queued impl jobs answered {alone['kinds']} (of {alone['sent']} sent): "
@@ -676,7 +677,6 @@ def _redis_per_job(span: str, calls: dict[str, int], ledger: Ledger, answered: l
                    window: tuple[float, float]) -> None:
     """Redis commands per queued job answered in ``window``: the calls counted in it, less each
     numeric grade's (measured on the quiet stack, its idle upkeep taken out)."""
-    calls = {name: n for name, n in calls.items() if name not in _SOAKS_OWN}
     numerics = sum(1 for n in ledger.numeric if window[0] <= n[0] < window[1])
     queued = sum(1 for j in answered if window[0] <= ledger.answered_at.get(j, 0) < window[1])
     if not queued:
@@ -774,7 +774,7 @@ def main(smoke: bool) -> None:
         start = snapshot(soak)
         start["idle_rate"] = idle_rate
         start["calls_per_numeric"] = calls_per_numeric
-        start["impl_alone"] = alone | {"idle_rate": sum(v for k, v in idle_rate.items() if k not in _SOAKS_OWN)}
+        start["impl_alone"] = alone
         began, faults, rng, n = time.monotonic(), [], random.Random(3), 0
         redis_before_faults: dict[str, int] = {}
         while time.monotonic() - began < seconds:

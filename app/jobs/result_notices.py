@@ -100,12 +100,12 @@ class ResultNotices:
                 while True:
                     # An explicit timeout: an idle channel is not a dead connection.
                     message = await pubsub.get_message(timeout=1.0)
-                    kind = message.get("type") if message is not None else None
-                    if kind == "subscribe":
+                    if message is None:
+                        continue
+                    if message.get("type") == "subscribe":
                         self._subscribed.set()
                         self._wake_all()  # what was written before this is there to read
-                    elif kind == "message":
-                        assert message is not None
+                    elif message.get("type") == "message":
                         data = message["data"]
                         raw = data if isinstance(data, bytes) else str(data).encode()
                         announced, _, result = raw.partition(b"\n")

@@ -38,6 +38,8 @@ def running_jobs(connection: redis.Redis, queues: Iterable[str] | None = None) -
     RQ's per-execution records, which RQ's own tools read for this (app.jobs.rq_bookkeeping).
     A worker with two entries (an abandoned one not yet re-queued) shows the later start."""
     running: dict[str, dict[str, Any]] = {}
+    started_at: dict[str, float] = {}  # worker -> its row's start, to keep the later of two
+    now_ = time.time()
     for name in queue_names() if queues is None else queues:
         queue = Queue(name, connection=connection, serializer=JSONSerializer)
         for job_id in queue.started_job_registry.get_job_ids(cleanup=False):
@@ -49,14 +51,13 @@ def running_jobs(connection: redis.Redis, queues: Iterable[str] | None = None) -
             if job.origin != name or not job.worker_name or job.get_status(refresh=False) != "started":
                 continue
             started = _timestamp(job.started_at)
-            seen = running.get(job.worker_name)
-            if seen is not None and (seen["started"] or 0) >= (started or 0):
+            if job.worker_name in running and started_at[job.worker_name] >= (started or 0):
                 continue
-            running[job.worker_name] = {"id": job.id, "kind": job.origin, "started": started}
-    now_ = time.time()
-    return {worker: {"id": job["id"], "kind": job["kind"],
-                     "running_seconds": None if job["started"] is None else round(max(0.0, now_ - job["started"]), 1)}
-            for worker, job in running.items()}
+            started_at[job.worker_name] = started or 0
+            running[job.worker_name] = {
+                "id": job.id, "kind": job.origin,
+                "running_seconds": None if started is None else round(max(0.0, now_ - started), 1)}
+    return running
 
 
 def worker_state(worker: BaseWorker, running: dict[str, dict[str, Any]]) -> str:
