@@ -105,3 +105,12 @@ def cores_given() -> int:
     """available_cpus() of this process, read once: the settings resolve their per-core defaults
     from it on every impl grade, and affinity and quota are set before a service starts."""
     return available_cpus()
+
+
+def run_delay(pid: int) -> float:
+    """Seconds the process's main thread has spent runnable but waiting for a CPU (the kernel's
+    schedstat; 0 where the kernel keeps none, or once the process is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0

@@ -38,11 +38,13 @@ import resource
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
+from app.cpus import run_delay
 from app.extensions import extension_names, load_extensions
 from app.settings import Settings
 
@@ -54,7 +56,12 @@ NICENESS = 10
 # Far above what parsing the largest body allowed or grading a chunk needs; a child past it gets
 # a MemoryError (an unscored fault of that item) instead of pushing the host into swap.
 ADDRESS_SPACE_BYTES = 4 * 1024**3
+# Counted in time the child could have run: time it waits for a CPU does not count (a start at
+# the lowest priority beside a busy host took minutes of wall time and had not failed; with a
+# wall-clock bound the app failed to start there, exit 3). START_WALL_LIMIT bounds a child that
+# spins while starved: its wait would otherwise last START_TIMEOUT_SECONDS / its CPU share.
 START_TIMEOUT_SECONDS = 60.0
+START_WALL_LIMIT = 900.0
 _PR_SET_PDEATHSIG = 1
 
 _settings: Settings | None = None  # a child's copy of the parent's settings
@@ -119,6 +126,20 @@ def _child_main(conn: Connection, lifeline: Connection, settings: Settings, exte
             conn.send((False, type(exc).__name__))
 
 
+def ready_in_time(conn: Connection, pid: int | None, timeout: float, wall_limit: float) -> bool:
+    """Whether ``conn`` has something to read before process ``pid`` has had ``timeout`` seconds
+    in which it could run (time it waited for a CPU is not counted), or ``wall_limit`` seconds
+    of wall time pass."""
+    started, waited_before = time.monotonic(), run_delay(pid) if pid else 0.0
+    while True:
+        elapsed = time.monotonic() - started
+        ran = elapsed - max(0.0, (run_delay(pid) if pid else 0.0) - waited_before)
+        if ran >= timeout or elapsed >= wall_limit:
+            return conn.poll(0)
+        if conn.poll(min(1.0, timeout - ran, wall_limit - elapsed)):
+            return True
+
+
 class _Child:
     def __init__(self, process: BaseProcess, conn: Connection) -> None:
         self.process, self.conn = process, conn
@@ -163,7 +184,7 @@ class GradingProcesses:
         theirs.close()  # the child's end lives in the child alone: its death is our EOF
         child = _Child(process, ours)
         try:
-            if not ours.poll(START_TIMEOUT_SECONDS):
+            if not ready_in_time(ours, child.process.pid, START_TIMEOUT_SECONDS, START_WALL_LIMIT):
                 raise GradingProcessDied("a grading process did not start in time")
             ours.recv()
         except (EOFError, OSError, GradingProcessDied):

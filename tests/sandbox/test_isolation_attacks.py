@@ -257,12 +257,18 @@ def test_memory_multiplied_by_forks_is_bounded_for_the_case(tier: str) -> None:
     # gets more still.
     seconds, limits = (10, {"cpu_seconds": 10.0, "wall_seconds": 12.0}) if tier.startswith("gvisor") \
         else (4.5, {"cpu_seconds": 4.0, "wall_seconds": 6.0})
+    # What the case holds at once: the chunks of its children still alive (a child the kernel
+    # killed for memory gave its chunks back). A running total would count those again, and
+    # under load, as the limit kills one child after another, it passed 3 GiB with the limit
+    # working (once in a serial run).
     source = code("""
-        import os, time
+        import os, select, time
         def attack():
-            r, w = os.pipe()
+            held, pipes = {}, {}
             for _ in range(13):
-                if os.fork() == 0:
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
                     os.close(r)
                     hold = []
                     for _ in range(8):
@@ -270,22 +276,30 @@ def test_memory_multiplied_by_forks_is_bounded_for_the_case(tier: str) -> None:
                         os.write(w, b'x')
                     time.sleep(30)
                     os._exit(0)
-            os.close(w)
-            got = 0
+                os.close(w)
+                held[pid], pipes[r] = 0, pid
+            most, done = 0, 0
             deadline = time.monotonic() + SECONDS
-            while got < 104 and time.monotonic() < deadline:
-                import select
-                if select.select([r], [], [], 0.1)[0]:
+            while pipes and done < 104 and time.monotonic() < deadline:
+                for r in select.select(list(pipes), [], [], 0.1)[0]:
                     data = os.read(r, 1024)
-                    if not data:
-                        break
-                    got += len(data)
-            return got * 50
+                    if not data:  # its end: it exited or was killed
+                        held[pipes.pop(r)] = 0
+                        continue
+                    held[pipes[r]] += len(data)
+                    done += len(data)
+                for pid in list(held):
+                    if held[pid] and os.waitpid(pid, os.WNOHANG)[0]:
+                        held[pid] = 0
+                most = max(most, sum(held.values()))
+            return most * 50
         """).replace("SECONDS", str(seconds))
     box = get_sandbox(tier_settings(tier, guards=False, **limits))
     run, _ = hostile(box, source)
     mib = observed(run)
-    assert mib is None or mib < 5 * 1024 * 0.6, mib  # far less than 5 GiB was ever held
+    # The group is 1 GiB; one child's chunks (400 MiB) of slack for a kill not yet seen, and the
+    # attack asks for 5.2 GiB at once.
+    assert mib is None or mib <= 1024 + 400, mib
     assert run.extra.get("oom_kills", 0) >= 1 or run.extra.get("memory_limit_hits", 0) >= 1
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from app.cpus import run_delay
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -20,15 +22,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def run_delay(pid: int) -> float:
-    """Seconds the process's main thread has spent runnable but waiting for a CPU (the kernel's
-    schedstat; 0 where the kernel keeps none)."""
-    try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 # However starved: a server stuck runnable in a loop waits for a CPU nearly all the time, so
