@@ -1,8 +1,13 @@
 """The keys of the grade ledger in Redis (app.grade_ledger), and their readers: every grade of the
 deployment counted in Redis, so that every API replica's status page and /metrics read the same
 figures: per (split, outcome) in 10-second buckets, the deployment's and each tenant's, a running
-total per (split, grading, outcome), and the last grader faults. Only labels from closed sets are
-stored, never text from the grade.
+total per (split, grading, outcome), and the last grader faults. Only labels from closed sets (and
+the tenant's name) are stored, never text from the grade.
+
+A bucket is one hash for the whole deployment, and a grade adds to one field of it: its tenant's
+(``tenant|split|outcome``), or ``split|outcome`` where no tenant is known. The deployment's
+figures are the sum over the fields, read with the bucket: one counting command per grade, not
+one for the deployment's bucket and another for the tenant's.
 
 Two writers, one set of keys. A worker counts a queued grade in the script that writes its result
 (app.jobs.leases: no extra round trip, and a grade is counted if and only if its result was
@@ -33,9 +38,13 @@ FAULTS_KEY = f"{PREFIX}:grades:faults"
 WINDOW_SECONDS = WINDOW_BUCKET_SECONDS * WINDOW_BUCKETS
 
 
-def bucket_key(start: int, tenant: str | None = None) -> str:
-    """The deployment's bucket, or one tenant's (its status page shows its own grades only)."""
-    return f"{PREFIX}:grades:window:{start}" if tenant is None else f"{PREFIX}:grades:tenant:{tenant}:{start}"
+def bucket_key(start: int) -> str:
+    return f"{PREFIX}:grades:window:{start}"
+
+
+def bucket_field(split: str, outcome: str, tenant: str | None = None) -> str:
+    """A grade's field of its bucket (split and outcome hold no ``|``; a tenant's name may)."""
+    return f"{split}|{outcome}" if not tenant else f"{tenant}|{split}|{outcome}"
 
 
 def faults_key(tenant: str | None = None) -> str:
@@ -44,8 +53,8 @@ def faults_key(tenant: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class GradeCount:
-    """What one grade adds to the counts: a field of the running totals, and a field of each
-    10-second bucket (the deployment's, and the tenant's own when it is known)."""
+    """What one grade adds to the counts: a field of the running totals, and one field of its
+    10-second bucket (its tenant's, when known)."""
 
     total_field: str
     buckets: tuple[tuple[str, str], ...]  # (bucket key, field)
@@ -55,15 +64,12 @@ class GradeCount:
 def grade_count(split: str, grading: str, outcome: str, now: float | None = None,
                 tenant: str | None = None) -> GradeCount:
     start = bucket_start(time.time() if now is None else now)
-    whos = (None, tenant) if tenant else (None,)
-    buckets = tuple((bucket_key(start, who), f"{split}|{outcome}") for who in whos)
-    return GradeCount(f"{split}|{grading}|{outcome}", buckets)
+    return GradeCount(f"{split}|{grading}|{outcome}", ((bucket_key(start), bucket_field(split, outcome, tenant)),))
 
 
 def count_grade(pipe: Any, split: str, grading: str, outcome: str, now: float | None = None,
                 tenant: str | None = None) -> None:
-    """Queue the counting commands on a pipeline the caller executes: the deployment's counts,
-    and the tenant's own when it is known. (A worker counts in the script that writes the
+    """Queue the counting commands on a pipeline the caller executes. (A worker counts in the script that writes the
     result instead, app.jobs.leases, and records faults with ``note_fault``.)"""
     count = grade_count(split, grading, outcome, now, tenant)
     pipe.hincrby(TOTALS_KEY, count.total_field, 1)
@@ -87,17 +93,23 @@ def note_fault(pipe: Any, split: str, grading: str, outcome: str, now: float | N
 
 
 def window(connection: redis.Redis, now: float | None = None, tenant: str | None = None) -> Window:
-    """Bucket start -> (split, outcome) -> grades, over the window, as GradeWindow.counts()."""
+    """Bucket start -> (split, outcome) -> grades, over the window, as GradeWindow.counts(): the
+    deployment's (every field), or one tenant's (its fields only; its status page shows its own)."""
     last = bucket_start(time.time() if now is None else now)
     starts = [last - i * WINDOW_BUCKET_SECONDS for i in range(WINDOW_BUCKETS)]
     with connection.pipeline(transaction=False) as pipe:
         for start in starts:
-            pipe.hgetall(bucket_key(start, tenant))
+            pipe.hgetall(bucket_key(start))
         replies = pipe.execute()
-    found = {}
+    found: Window = {}
     for start, reply in zip(starts, replies, strict=True):
-        if reply:
-            found[start] = {tuple(k.decode().split("|", 1)): int(v) for k, v in reply.items()}
+        counts: dict[tuple[str, str], int] = {}
+        for raw, n in reply.items():
+            *who, split, outcome = raw.decode().rsplit("|", 2)
+            if tenant is None or who == [tenant]:
+                counts[split, outcome] = counts.get((split, outcome), 0) + int(n)
+        if counts:
+            found[start] = counts
     return found
 
 

@@ -92,7 +92,10 @@ def job_lost() -> ApiError:
 # KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, job ids... -> 1 when every id
 # is reserved, 0 (and none is) when they would pass the cap: a batch is queued whole or refused whole.
 # Entries past the horizon (jobs that can no longer be running) are pruned only when they would
-# decide a refusal: below the cap they change nothing, and the prune is a command per job.
+# decide a refusal: below the cap they change nothing, and the prune is a command per job. The set
+# gets its TTL when it is made (the ttl bounds what a tenant that stops leaves behind; renewing it
+# was a command per job): one that never empties for the whole ttl, seven days, expires once and
+# its count starts again from the jobs reserved after (running jobs are not touched).
 _RESERVE = """
 local asked = #ARGV - 4
 local held = redis.call('ZCARD', KEYS[1])
@@ -103,7 +106,7 @@ end
 for i = 5, #ARGV do
   redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i])
 end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
+if held == 0 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
 return 1
 """
 

@@ -278,6 +278,33 @@ def test_the_in_flight_cap_prunes_stale_entries_only_when_they_decide(redis_serv
     asyncio.run(run())
 
 
+def test_the_in_flight_set_gets_its_ttl_when_made_and_again_when_made_anew(redis_server: RedisServer) -> None:
+    """The TTL is set by the reservation that makes the set, not renewed by the next ones (a command
+    a job), and a set that emptied and is made again gets one again: never a set without a TTL."""
+    settings = Settings(redis_url=redis_server.url, queue={"job_timeout": 5, "retries": 0})
+    connection = redis_server.client()
+    key = keys.in_flight("t")
+
+    async def run() -> None:
+        jobs = RedisJobs(settings, print)
+        try:
+            await jobs.reserve("t", ["a"], 5)
+            made = connection.ttl(key)
+            assert made > 0
+            connection.expire(key, 100)  # to tell a renewal apart
+            await jobs.reserve("t", ["b", "c"], 5)
+            assert 0 < connection.ttl(key) <= 100
+            for job_id in ("a", "b", "c"):
+                await jobs.release("t", job_id)
+            assert not connection.exists(key)  # an empty set is gone
+            await jobs.reserve("t", ["d"], 5)
+            assert connection.ttl(key) > 100
+        finally:
+            await jobs.close()
+
+    asyncio.run(run())
+
+
 # ------------------------------------------------------------------ attempts
 
 

@@ -201,3 +201,22 @@ def test_a_grade_counted_with_its_result_write_is_not_counted_by_the_grading_cod
     assert book.totals() == {} and book.faults(None) == [] and book.window("a", time.time()) == {}
     record_grade(None, "numeric", "correct", 0.01, "a")
     assert book.totals() == {("inline", "numeric", "correct"): 1}
+
+
+def test_a_tenants_name_cannot_pass_its_grades_off_as_another_tenants(redis_server: RedisServer) -> None:
+    """A bucket holds every tenant's fields side by side: names with the separator in them, or
+    that look like another's field, still count as their own tenant's, and every grade counts
+    once for the deployment."""
+    connection = _connection(redis_server)
+    names = ["a", "a|exam", "exam", "synthetic|correct", ""]
+    with connection.pipeline() as pipe:
+        for i, name in enumerate(names):
+            for _ in range(i + 1):
+                grade_log.count_grade(pipe, "exam", "judge", "correct", tenant=name or None)
+        pipe.execute()
+    assert window_totals(grade_log.window(connection)) == {("exam", "correct"): sum(range(1, len(names) + 1))}
+    for i, name in enumerate(names[:-1]):
+        assert window_totals(grade_log.window(connection, tenant=name)) == {("exam", "correct"): i + 1}, name
+    # the bucket made with its TTL
+    keys = connection.keys(grade_log.bucket_key(bucket_start(time.time())).rsplit(":", 1)[0] + ":*")
+    assert keys and all(0 < connection.ttl(k) <= WINDOW_BUCKET_SECONDS * (WINDOW_BUCKETS + 1) for k in keys)
