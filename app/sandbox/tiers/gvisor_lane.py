@@ -60,6 +60,15 @@ WATCH_SECONDS = 0.02
 OVERSHOOT_BYTES = 1024**3
 _PIPE_BYTES = 64 * 1024  # a pipe's buffer in gVisor (the lane filter refuses F_SETPIPE_SZ)
 _MQUEUE_BYTES = 256 * 10 * 8192  # POSIX message queues of an IPC namespace at gVisor's limits
+# The most of the host's memory a lane's group may be given. The sum of every case's worst (above)
+# is far more than a host has at the default settings (about 54 GiB for 2 cores): a group sized
+# so bounds nothing, and a case that escapes its leader's count would meet the host's OOM killer,
+# which may pick any process of the host; capped, it meets its lane's group first.
+HOST_MEMORY_SHARE = 0.9
+
+
+def host_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class _CaseStdin(io.FileIO):
@@ -198,12 +207,12 @@ class GvisorZygote:
         leader does not count it: per process, as much as the zygote's resident pages and mappings
         (``zygote``; the count charges mappings only beyond the zygote's) and full pipe buffers;
         per case, POSIX message queues. (tmpfs pages are the size caps': in the allowance of a started
-        case, here counted apart.)"""
+        case, here counted apart.) At most HOST_MEMORY_SHARE of the host's memory."""
         sb = self.sb
         per_process = zygote + sb.max_open_files * _PIPE_BYTES
         per_case = (sb.case_memory_bytes + OVERSHOOT_BYTES + sb.max_processes * per_process + _MQUEUE_BYTES
                     + sb.tmpfs_bytes + sb.shm_bytes)
-        return sb.warm_memory_bytes + cases * per_case
+        return min(sb.warm_memory_bytes + cases * per_case, int(HOST_MEMORY_SHARE * host_memory_bytes()))
 
     def _start(self, runsc: str) -> None:
         plan, sb = self.plan, self.sb
