@@ -68,6 +68,7 @@ class GradingWorker(LeanBookkeeping):
     beat_lag_max = 0.0  # the beat thread's worst lateness so far, in seconds (published in presence)
     _key_lives_until = 0.0  # monotonic time at which the worker's key expires, as of the last beat sent
     _last_presence = 0.0
+    _listed_at = float("-inf")  # monotonic time this lane last put its name on the list of workers
     _full_pass_asked_at = float("-inf")  # monotonic time this lane last asked for RQ's whole maintenance pass
 
     @property
@@ -138,7 +139,9 @@ class GradingWorker(LeanBookkeeping):
         # beat never shortens the key's life: RQ's beats set the TTL, they do not add to it.
         if self._worker_beat_due(self.dequeue_timeout):
             self._beat_worker_key(timeout, pipeline)
-        self._publish_presence(pipeline)
+        # not on RQ's pipeline (only its suspension check passes one): the reply says whether the
+        # record was missing, and RQ executes its pipeline where this lane does not see it
+        self._publish_presence()
 
     def _beat_worker_key(self, timeout: int | None, pipeline: Any) -> None:
         super().heartbeat(timeout, pipeline)
@@ -149,14 +152,28 @@ class GradingWorker(LeanBookkeeping):
         (RQ's main loop beats again before each dequeue; the beat thread at its next beat)."""
         return self._key_lives_until - time.monotonic() < until_next_chance + _BEAT_MARGIN_SECONDS
 
-    def _publish_presence(self, pipeline: Any = None) -> None:
+    def _publish_presence(self, pipeline: Any = None) -> bool:
+        """The lane's presence record, when due (queued on ``pipeline`` if given: then the caller
+        hands its reply to ``_presence_sent``). True when one was sent or queued."""
         clock = time.monotonic()
-        if self.presence is not None and clock - self._last_presence >= self.presence_ttl / 3:
-            self._last_presence = clock
-            record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
-                                                          **worker_health.fields(sandbox_health.pid_usage())})
-            presence.publish(pipeline if pipeline is not None else self.connection, self.name, record,
-                             self.presence_ttl)
+        if self.presence is None or clock - self._last_presence < self.presence_ttl / 3:
+            return False
+        self._last_presence = clock
+        record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
+                                                      **worker_health.fields(sandbox_health.pid_usage())})
+        replaced = presence.publish(pipeline if pipeline is not None else self.connection, self.name, record,
+                                    self.presence_ttl)
+        if pipeline is None:
+            self._presence_sent(replaced)
+        return True
+
+    def _presence_sent(self, replaced: Any) -> None:
+        """The name goes (back) on the list of workers when its record was missing, and every
+        presence.LIST_EVERY_SECONDS (the list forgets names silent for an hour)."""
+        clock = time.monotonic()
+        if replaced is None or clock - self._listed_at >= presence.LIST_EVERY_SECONDS:
+            presence.list_name(self.connection, self.name)
+            self._listed_at = clock
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return int(self.job_monitoring_interval) + self.heartbeat_grace
@@ -207,8 +224,10 @@ class GradingWorker(LeanBookkeeping):
                                                    ttl=self.get_heartbeat_ttl(job), xx=True)
             if worker_beat:
                 self._beat_worker_key(worker_ttl, pipeline)
-            self._publish_presence(pipeline)
+            published = self._publish_presence(pipeline)
             replies = pipeline.execute()
+        if published:
+            self._presence_sent(replies[-1])
         if renewing and not lease.renewed(replies[0]):  # logged once: the lease is not renewed again
             log.warning("job %s: lease lost (this worker looked dead); its result is left to the attempt that "
                         "holds it now", job.id)

@@ -3,7 +3,10 @@ once, see worker/lanes.py). Each lane publishes a small JSON record (its name, h
 queues and sandbox tier) with every RQ heartbeat, under a key whose TTL is a few heartbeats: a
 worker that dies or loses Redis drops out of the listing within seconds, without any clean-up.
 Worker names are also kept in one sorted set (scored by last beat), so listing never scans the
-keyspace, however many results Redis holds."""
+keyspace, however many results Redis holds. A name's place in that set is renewed every
+LIST_EVERY_SECONDS, far inside the hour after which a silent name is forgotten, and at once when
+its record was missing (a new lane, or a Redis that lost its data): a beat is one command, the
+record's SET, which says whether the record was there."""
 
 from __future__ import annotations
 
@@ -18,15 +21,20 @@ from app.jobs import keys
 _PREFIX = f"{keys.PREFIX}:worker:"
 NAMES = f"{keys.PREFIX}:workers"  # sorted set: worker name -> time of its last beat
 _FORGET_AFTER_SECONDS = 3600  # names silent this long are dropped from the set
+LIST_EVERY_SECONDS = 300
 
 
 def key(worker_name: str) -> str:
     return _PREFIX + worker_name
 
 
-def publish(connection: Any, worker_name: str, record_json: str, ttl: int) -> None:
-    """One beat (connection may be a pipeline)."""
-    connection.set(key(worker_name), record_json, ex=ttl)
+def publish(connection: Any, worker_name: str, record_json: str, ttl: int) -> Any:
+    """One beat: the record (connection may be a pipeline; then its reply, the record it
+    replaced, comes with the pipeline's). None back: the record was missing, list the name."""
+    return connection.set(key(worker_name), record_json, ex=ttl, get=True)
+
+
+def list_name(connection: Any, worker_name: str) -> None:
     connection.zadd(NAMES, {worker_name: time.time()})
 
 

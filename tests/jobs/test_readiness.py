@@ -55,10 +55,12 @@ def test_readyz_is_not_ready_for_impl_without_a_worker_that_can_grade(redis_serv
         # a judge-only worker does not make impl ready
         presence.publish(connection, "judge-only", json.dumps({**HEALTHY, "name": "judge-only", "queues": ["judge"]}),
                          ttl=30)
+        presence.list_name(connection, "judge-only")
         assert _ready(client)[0] == 503
         # nor does an impl worker whose every sandbox start fails
         presence.publish(connection, "failing", json.dumps({**HEALTHY, "name": "failing",
                                                             "sandbox_fault_streak": FAULT_STREAK}), ttl=30)
+        presence.list_name(connection, "failing")
         status, check = _ready(client)
         assert status == 503 and check["info"].startswith("0 of 1")
         worker = start_worker(redis_server.url, "able", FAST_QUEUE)

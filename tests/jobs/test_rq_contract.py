@@ -9,10 +9,11 @@ the bug to fix."""
 from __future__ import annotations
 
 import inspect
+import json
 import time
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import rq
@@ -25,7 +26,7 @@ from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty, UnixSignalDeathPenalty
 from rq.worker import BaseWorker, WorkerStatus
 
-from app.jobs import keys
+from app.jobs import keys, presence
 from app.jobs.leases import Lease, new_token
 from app.jobs.rq_bookkeeping import LeanBookkeeping
 from app.jobs.worker_registry import running_jobs, worker_state
@@ -441,3 +442,27 @@ def test_a_suspension_stops_the_lean_worker_before_its_next_job(redis_server) ->
     finally:
         resume(connection)
     assert queue.get_job_ids() == ["contract-suspended"]
+
+
+def test_a_presence_beat_is_one_command_and_the_name_is_listed_again_when_its_record_went(redis_server) -> None:
+    """The lane's record is one SET a beat; its name goes on the list of workers at its first beat,
+    at once after Redis lost the record (a flush), and every LIST_EVERY_SECONDS, not every beat."""
+    connection = redis_server.client()
+    worker = cast("GradingWorker", _worker(connection, "present", GradingWorker))
+    worker.presence, worker.presence_ttl = json.dumps({"name": "present"}), 30
+
+    def beat() -> dict[str, int]:
+        worker._last_presence = float("-inf")  # due
+        connection.config_resetstat()
+        assert worker._publish_presence()
+        return _calls_since_reset(connection)
+
+    assert beat() == {"set": 1, "zadd": 1}  # the first: listed
+    assert connection.zscore(presence.NAMES, "present") is not None
+    assert beat() == {"set": 1}
+    assert beat() == {"set": 1}
+    connection.flushall()
+    assert beat() == {"set": 1, "zadd": 1}  # the record was missing: listed again at once
+    assert connection.zscore(presence.NAMES, "present") is not None
+    worker._listed_at -= presence.LIST_EVERY_SECONDS
+    assert beat() == {"set": 1, "zadd": 1}  # the list's renewal, well inside the hour it forgets after
