@@ -80,8 +80,11 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
     names: set[str] = set()
     for i, entry in enumerate(data.get("tenant", [])):
         name = entry.get("name")
-        if not name or name in names:
-            raise TenantsFileError(f"tenant #{i + 1}: a unique 'name' is required")
+        # A string: every Redis key and grade-ledger field holds the name as text, and readers
+        # compare the text they parse with it (``name = 7`` would never match "7"; a list is not
+        # hashable).
+        if not isinstance(name, str) or not name or name in names:
+            raise TenantsFileError(f"tenant #{i + 1}: a unique 'name' (a non-empty string) is required")
         names.add(name)
         digests = entry.get("key_sha256", [])
         digests = [digests] if isinstance(digests, str) else digests

@@ -61,7 +61,7 @@ ADDRESS_SPACE_BYTES = 4 * 1024**3
 # wall-clock bound the app failed to start there, exit 3). START_WALL_LIMIT bounds a child that
 # spins while starved: its wait would otherwise last START_TIMEOUT_SECONDS / its CPU share.
 START_TIMEOUT_SECONDS = 60.0
-START_WALL_LIMIT = 900.0
+START_WALL_LIMIT = 600.0
 _PR_SET_PDEATHSIG = 1
 
 _settings: Settings | None = None  # a child's copy of the parent's settings

@@ -89,24 +89,27 @@ def job_lost() -> ApiError:
     return ApiError(410, "job_lost", "this job was accepted but the queue no longer has it (Redis lost its "
                     "data, or its result expired); resubmit it (the same request_id runs it again)")
 
-# KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, job ids... -> 1 when every id
+# KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, renew (1/0), job ids... -> 1 when every id
 # is reserved, 0 (and none is) when they would pass the cap: a batch is queued whole or refused whole.
 # Entries past the horizon (jobs that can no longer be running) are pruned only when they would
 # decide a refusal: below the cap they change nothing, and the prune is a command per job. The set
 # gets its TTL when it is made (the ttl bounds what a tenant that stops leaves behind; renewing it
-# was a command per job): one that never empties for the whole ttl, seven days, expires once and
-# its count starts again from the jobs reserved after (running jobs are not touched).
+# was a command per job), and again when ARGV[5] is 1: each API process asks for that on its first
+# reservation for a tenant and then once per half ttl (RedisJobs._renew_due), so a set in use
+# never expires under jobs still in flight (it did after seven days of a tenant that never
+# emptied it: the count started again from zero, twice the cap held) and a set without a TTL
+# gets one.
 _RESERVE = """
-local asked = #ARGV - 4
+local asked = #ARGV - 5
 local held = redis.call('ZCARD', KEYS[1])
 if held + asked > tonumber(ARGV[2]) then
   held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
   if held + asked > tonumber(ARGV[2]) then return 0 end
 end
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i])
 end
-if held == 0 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+if held == 0 or ARGV[5] == '1' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
 return 1
 """
 
@@ -136,6 +139,11 @@ class RedisJobs:
         self._queues: dict[str, Queue] = {}
         self.notices = ResultNotices(self.async_redis)
         self.issued = IssuedJobs()
+        self._renewed: dict[str, float] = {}  # tenant -> when this process last renewed its set's TTL
+
+    def _renew_due(self, tenant: str, now: float) -> bool:
+        last = self._renewed.get(tenant)
+        return last is None or now - last >= QUEUED_RECORD_TTL / 2
 
     def _queue(self, kind: str) -> Queue:
         if kind not in self._queues:
@@ -214,9 +222,13 @@ class RedisJobs:
             return
         # entries older than a job's deadline belong to jobs that can no longer be running
         horizon = time.time() - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
+        now = time.monotonic()
+        renew = self._renew_due(tenant, now)
         try:
             reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), horizon, max_in_flight,
-                                                   time.time(), QUEUED_RECORD_TTL, *job_ids)
+                                                   time.time(), QUEUED_RECORD_TTL, int(renew), *job_ids)
+            if renew and int(reserved):
+                self._renewed[tenant] = now
         except REDIS_ERRORS:
             for job_id in job_ids:
                 await self._forget(tenant, job_id)

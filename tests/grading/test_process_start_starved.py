@@ -9,7 +9,6 @@ import multiprocessing
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
@@ -18,10 +17,11 @@ import pytest
 
 from app.cpus import run_delay
 from app.grading.processes import ready_in_time
+from tests.support import cpu_hog
 
 pytestmark = pytest.mark.slow
 
-CPU = min(os.sched_getaffinity(0))
+CPU = cpu_hog.first_cpu()
 CPU_NEEDED = 0.2  # seconds of CPU the starved child burns before it says it is ready
 
 
@@ -43,10 +43,9 @@ def _spin(conn: Connection) -> None:
 
 @pytest.fixture
 def hog() -> Iterator[subprocess.Popen]:
-    """A busy loop at normal priority on the child's only CPU (in this session, so the nice values
-    weigh against each other where the kernel groups sessions)."""
-    process = subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                               preexec_fn=lambda: os.sched_setaffinity(0, {CPU}))
+    """A busy loop at nice 0 on the child's only CPU (in this session, so the nice values weigh
+    against each other where the kernel groups sessions)."""
+    process = cpu_hog.hog()
     try:
         yield process
     finally:
