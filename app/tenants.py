@@ -13,6 +13,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 # Defaults of a tenant that sets none, sized for RL: a rollout step of 512 prompts x 8 samples
@@ -70,6 +71,27 @@ def new_key() -> tuple[str, str]:
     return key, hash_key(key)
 
 
+def _strings(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError("a list of strings")
+    return value
+
+
+def _tenant(name: str, entry: dict[str, Any], reward_digests: list[str]) -> Tenant:
+    return Tenant(
+        name=name,
+        rate_per_second=float(entry.get("rate_per_second", DEFAULT_RATE_PER_SECOND)),
+        burst=int(entry.get("burst", DEFAULT_BURST)),
+        max_in_flight=int(entry.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT)),
+        operator=entry.get("operator", False),
+        judge_model=entry.get("judge_model"),
+        judge_base_urls=tuple(_strings(entry.get("judge_base_urls", []))),
+        reveal_expected=entry.get("reveal_expected", False),
+        reward_key_digests=tuple(d.lower() for d in reward_digests),
+        held_out_grades_per_item=entry.get("held_out_grades_per_item"),
+    )
+
+
 def load_tenants(path: Path) -> dict[str, Tenant]:
     """Key digest -> tenant. Refuses files that would be ambiguous or unsafe."""
     try:
@@ -94,26 +116,20 @@ def load_tenants(path: Path) -> dict[str, Tenant]:
         reward_digests = [reward_digests] if isinstance(reward_digests, str) else reward_digests
         if any(not isinstance(d, str) or len(d) != 64 for d in reward_digests):
             raise TenantsFileError(f"tenant {name!r}: 'reward_key_sha256' must hold SHA-256 hex digests")
-        tenant = Tenant(
-            name=name,
-            rate_per_second=float(entry.get("rate_per_second", DEFAULT_RATE_PER_SECOND)),
-            burst=int(entry.get("burst", DEFAULT_BURST)),
-            max_in_flight=int(entry.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT)),
-            operator=entry.get("operator", False),
-            judge_model=entry.get("judge_model"),
-            judge_base_urls=tuple(entry.get("judge_base_urls", ())),
-            reveal_expected=entry.get("reveal_expected", False),
-            reward_key_digests=tuple(d.lower() for d in reward_digests),
-            held_out_grades_per_item=entry.get("held_out_grades_per_item"),
-        )
+        try:
+            tenant = _tenant(name, entry, reward_digests)
+        except (TypeError, ValueError, OverflowError):  # "fast" for a rate, a list for a number, inf for a count
+            raise TenantsFileError(f"tenant {name!r}: a value has the wrong type") from None
         budget = tenant.held_out_grades_per_item
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise TenantsFileError(f"tenant {name!r}: 'held_out_grades_per_item' must be a positive integer")
+        if tenant.judge_model is not None and not isinstance(tenant.judge_model, str):
+            raise TenantsFileError(f"tenant {name!r}: 'judge_model' must be a string")
         if not isinstance(tenant.operator, bool):
             raise TenantsFileError(f"tenant {name!r}: 'operator' must be true or false")
         if not isinstance(tenant.reveal_expected, bool):
             raise TenantsFileError(f"tenant {name!r}: 'reveal_expected' must be true or false")
-        if tenant.rate_per_second <= 0 or tenant.burst < 1:
+        if not tenant.rate_per_second > 0 or math.isinf(tenant.rate_per_second) or tenant.burst < 1:
             raise TenantsFileError(f"tenant {name!r}: rate_per_second and burst must be positive")
         for digest in digests:
             if digest.lower() in by_digest:

@@ -42,6 +42,25 @@ def test_changes_are_picked_up_and_a_bad_edit_keeps_the_tenants_in_force(tmp_pat
     assert set(tenants.by_key_digest()) == {digest_a, digest_b}
 
 
+@pytest.mark.parametrize("bad", [
+    'rate_per_second = "fast"', "burst = [1]", "max_in_flight = 1.5e400", "rate_per_second = nan",
+    "rate_per_second = inf", 'judge_base_urls = "http://judge:8000/v1"', "judge_base_urls = [1]",
+    "judge_model = 7", "max_in_flight = {a = 1}",
+])
+def test_a_value_of_the_wrong_type_is_a_bad_edit_not_an_error_page(tmp_path, bad: str) -> None:
+    """An edit that parses as TOML but holds a value of the wrong type is refused like a typo: the
+    tenants in force stay (before, a ValueError or TypeError escaped the reload: a 500)."""
+    (_, digest_a), (_, digest_b) = new_key(), new_key()
+    path = tmp_path / "tenants.toml"
+    path.write_text(_entry("a", digest_a))
+    tenants = TenantsFile(path)
+    tenants.CHECK_SECONDS = 0.0
+    _write(path, _entry("b", digest_b) + bad + "\n")
+    assert set(tenants.by_key_digest()) == {digest_a}
+    with pytest.raises(TenantsFileError):
+        TenantsFile(path)
+
+
 def test_checks_are_at_most_once_a_second(tmp_path) -> None:
     (_, digest_a), (_, digest_b) = new_key(), new_key()
     path = tmp_path / "tenants.toml"
