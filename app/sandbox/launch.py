@@ -140,6 +140,12 @@ def child_env(sb: SandboxSettings, home: str, tmp: str) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
+        # One malloc arena: glibc reserves 64 MiB of address space for each thread's own arena, so
+        # threads a case's libraries start (JAX's backend starts several, some only as the case
+        # runs) took RLIMIT_AS's headroom 64 MiB at a time, and an honest import then failed to map
+        # its library (an ImportError, under load, when more of them started after the limit
+        # was set). The gvisor lanes' zygote sets the same with mallopt (child/zygote.py).
+        "MALLOC_ARENA_MAX": "1",
     }
 
 

@@ -134,3 +134,48 @@ def test_honest_numpy_jax_and_a_locking_library_run_under_the_filter(tier: str) 
     run = box.run(HONEST, "solve", [n], profile="jax")
     expected = float(sum(range(n)))  # the oracle: the same sums, computed here
     assert observed(run) == [expected, 2 * expected, expected], (run.status, run.final)
+
+
+THREADS = """
+import threading
+
+def solve(n):
+    def vm_mib():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) >> 10
+    before = vm_mib()
+    started, done = threading.Barrier(n + 1), threading.Barrier(n + 1)
+    held = []
+
+    def work():
+        held.append([bytearray(64) for _ in range(1000)])  # each thread's first allocations
+        started.wait()
+        done.wait()
+
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for t in threads:
+        t.start()
+    started.wait()
+    grown = vm_mib() - before
+    done.wait()
+    for t in threads:
+        t.join()
+    import sqlite3  # a library mapped after the threads: the import an honest case failed
+    return [grown, sqlite3.sqlite_version_info[0]]
+"""
+
+
+def test_threads_of_an_honest_case_leave_its_address_space_for_its_imports(tier: str) -> None:
+    """Ten threads that allocate (as JAX's backend starts its own), then an import: glibc gave each
+    thread an arena of its own, 64 MiB of address space, so ten took more than the tests' 512 MiB
+    beyond the warm state and the case failed (can't start a thread, or an ImportError for the
+    next library; under load an honest JAX case once scored so). One arena: a thread costs its
+    stack."""
+    threads = 10
+    run = get_sandbox(tier_settings(tier, wall_seconds=20.0, cpu_seconds=10.0)).run(THREADS, "solve", [threads])
+    result = observed(run)
+    assert result is not None, (run.status, run.final)
+    grown, sqlite_major = result
+    assert sqlite_major == 3
+    assert grown < threads * 64, grown  # not an arena a thread

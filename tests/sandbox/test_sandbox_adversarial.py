@@ -126,7 +126,7 @@ def test_candidate_runs_unprivileged_with_scrubbed_environment(tier: str, target
     # Only what the sandbox sets (PWD comes from the launcher's shell); nothing of the service's.
     assert set(env) <= {
         "PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "JAX_PLATFORMS", "XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL",
-        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PWD",
+        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MALLOC_ARENA_MAX", "PWD",
     }
     assert {"HOME", "XLA_FLAGS"} <= set(env)
     assert listing == []  # a fresh, empty working directory
