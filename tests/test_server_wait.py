@@ -17,10 +17,10 @@ from tests.support.server import free_port, stop_process, wait_until_up
 
 pytestmark = pytest.mark.slow
 
-# A stand-in for a slow start: a tenth of a second of CPU, then /healthz answers.
+# A stand-in for a slow start: 0.3 s of CPU, then /healthz answers.
 SLOW_START = """
 import http.server, sys, time
-end = time.process_time() + 0.1
+end = time.process_time() + 0.3
 while time.process_time() < end:
     pass
 class Healthy(http.server.BaseHTTPRequestHandler):
@@ -33,16 +33,17 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Healthy).serve_forever()
 
 def test_a_starved_start_is_waited_for() -> None:
     # Two hogs at full priority share the server's one CPU; the server runs at the lowest
-    # priority (under 1% of that CPU), so its tenth of a second of CPU takes far longer than the
-    # five seconds allowed. Five, not one: on a machine busy with other tests the server's start
-    # also waits for the disk (its interpreter's files), time that is not a wait for a CPU.
+    # priority (under 1% of that CPU), so its 0.3 s of CPU takes far longer (about 40 s) than the
+    # 15 s allowed. Fifteen, not one: on a machine busy with other tests the server's start also
+    # waits for the disk (its interpreter's files), time that is not a wait for a CPU (5 s was
+    # once not enough under `make test`).
     hogs = [hog() for _ in range(2)]
     port = free_port()
     server = on_one_cpu([sys.executable, "-c", SLOW_START, str(port)], nice=19)
     try:
         began = time.monotonic()
-        wait_until_up(f"http://127.0.0.1:{port}", server, timeout=5.0)
-        assert time.monotonic() - began > 5.0, "the server was not starved: the test proves nothing"
+        wait_until_up(f"http://127.0.0.1:{port}", server, timeout=15.0)
+        assert time.monotonic() - began > 15.0, "the server was not starved: the test proves nothing"
     finally:
         for process in (server, *hogs):
             stop_process(process)
