@@ -69,8 +69,9 @@ def grade_count(split: str, grading: str, outcome: str, now: float | None = None
 
 def count_grade(pipe: Any, split: str, grading: str, outcome: str, now: float | None = None,
                 tenant: str | None = None) -> None:
-    """Queue the counting commands on a pipeline the caller executes. (A worker counts in the script that writes the
-    result instead, app.jobs.leases, and records faults with ``note_fault``.)"""
+    """Queue the counting commands on a pipeline the caller executes. (A worker counts in the
+    script that writes the result instead, app.jobs.leases, and records faults with
+    ``note_fault``.)"""
     count = grade_count(split, grading, outcome, now, tenant)
     pipe.hincrby(TOTALS_KEY, count.total_field, 1)
     for key, field in count.buckets:
