@@ -130,10 +130,13 @@ def ready_in_time(conn: Connection, pid: int | None, timeout: float, wall_limit:
     """Whether ``conn`` has something to read before process ``pid`` has had ``timeout`` seconds
     in which it could run (time it waited for a CPU is not counted), or ``wall_limit`` seconds
     of wall time pass."""
-    started, waited_before = time.monotonic(), run_delay(pid) if pid else 0.0
+    def waited() -> float:
+        return run_delay(pid) if pid else 0.0
+
+    started, waited_before = time.monotonic(), waited()
     while True:
         elapsed = time.monotonic() - started
-        ran = elapsed - max(0.0, (run_delay(pid) if pid else 0.0) - waited_before)
+        ran = elapsed - max(0.0, waited() - waited_before)
         if ran >= timeout or elapsed >= wall_limit:
             return conn.poll(0)
         if conn.poll(min(1.0, timeout - ran, wall_limit - elapsed)):

@@ -21,7 +21,7 @@ import pytest
 from app.graders.impl_verdict import judge_case
 from app.sandbox.executor import CaseRun
 from app.sandbox.pool import Sandbox, get_sandbox
-from app.sandbox.tiers.gvisor_lane import GvisorZygote
+from app.sandbox.tiers.gvisor_lane import GvisorZygote, host_memory_bytes
 from app.tasks.impl.spec import Case
 from tests.sandbox.attacks import code
 from tests.sandbox.isolation_support import UNGUESSABLE, observed
@@ -665,7 +665,6 @@ def test_a_neighbour_that_needs_little_cpu_is_not_starved_into_a_timeout() -> No
 
 
 def test_a_lanes_group_at_the_default_settings_fits_in_the_hosts_memory() -> None:
-    import os
     from types import SimpleNamespace
 
     from app.settings import SandboxSettings
@@ -674,7 +673,7 @@ def test_a_lanes_group_at_the_default_settings_fits_in_the_hosts_memory() -> Non
     cases = sb.warm_pool_size + sb.max_concurrent_cases
     zygote_mappings = 58 * 1024**2  # what the numpy profile's zygote maps (docs/sandbox.md)
     limit = GvisorZygote._lane_memory(SimpleNamespace(sb=sb), cases, zygote_mappings)  # type: ignore[arg-type]
-    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    host = host_memory_bytes()
     print("lane group limit GiB", round(limit / 1024**3, 1), "host GiB", round(host / 1024**3, 1))
     assert limit < host, (limit, host)
     # below the cap, the group is still sized from the cases it holds
