@@ -86,19 +86,23 @@ define beside
 	[ $$main = 0 ] && [ $$beside = 0 ]
 endef
 
-# $(LOWEST) CMD runs CMD at the lowest CPU priority. Where the kernel groups each session for the
-# scheduler (autogroup), a process's nice value weighs only against its own session's, and
-# `beside` starts SIDE in a session of its own: so the session's group is lowered too.
-LOWEST := sh -c '{ echo 19 > /proc/self/autogroup; } 2>/dev/null; exec nice -n 19 "$$@"' lowest
+# $(LOW) CMD runs CMD at a low CPU priority, nice 10: about a tenth of the CPU when the rest of the
+# machine wants all of it (weight 110 against nice 0's 1024), all of what it leaves idle. Where
+# the kernel groups each session for the scheduler (autogroup), a process's nice value weighs only
+# against its own session's, and `beside` starts SIDE in a session of its own: so the session's
+# group is lowered too. Not nice 19: at its weight of 15 a part beside a saturating one gets about
+# 1%, and one start of the service (3.5 s of CPU) took over ten minutes of wall time, past any
+# bound a test can set on it.
+LOW := sh -c '{ echo 10 > /proc/self/autogroup; } 2>/dev/null; exec nice -n 10 "$$@"' low
 
-# The tests marked low_priority run beside everything else, at the lowest CPU priority, so that
-# they take only the CPU the rest leaves idle (the parallel part now and then, the serial part
-# much of the time): heavy on CPU, but every process they start is their own, none in a session of
-# its own (which would escape that priority) and none a sandbox (whose host-wide state serial
-# tests count).
+# The tests marked low_priority run beside everything else, at a low CPU priority, so that they
+# take mostly the CPU the rest leaves idle (the parallel part now and then, the serial part much
+# of the time): heavy on CPU, but every process they start is their own, none in a session of its
+# own (which would escape that priority) and none a sandbox (whose host-wide state serial tests
+# count).
 test: system-deps $(VENV)/.test
 	$(BIN)/ruff check .
-	$(call beside,$(LOWEST) $(BIN)/pytest -q -m low_priority $(SERIAL_PARALLEL),low-priority,$(MAKE) --no-print-directory test-in-parts)
+	$(call beside,$(LOW) $(BIN)/pytest -q -m low_priority $(SERIAL_PARALLEL),low-priority,$(MAKE) --no-print-directory test-in-parts)
 
 # The rest of `make test`: the parallel part with the benchmarks' smoke runs (mostly waiting on
 # the servers and sandboxes they start) and then mypy beside it; then the serial part.

@@ -49,6 +49,31 @@ def test_a_starved_start_is_waited_for() -> None:
             stop_process(process)
 
 
+# The real server's start: it waits asleep while processes it started (its grading processes)
+# do their share of the start, here 0.3 s of CPU in a child, then it answers.
+START_IN_A_CHILD = """
+import subprocess, sys
+subprocess.run([sys.executable, "-c", "import time\\nend = time.process_time() + 0.3\\n"
+                "while time.process_time() < end:\\n    pass"], check=True)
+""" + SLOW_START.replace("end = time.process_time() + 0.3", "end = 0")
+
+
+def test_a_start_starved_in_the_processes_the_server_started_is_waited_for() -> None:
+    # The server sleeps the whole time its child is starved: the child's wait for a CPU is the
+    # start's, and counting only the server's own (as the wait once did) failed the start while
+    # nothing but the child's CPU was missing (CI's low-priority part, 15 errors).
+    hogs = [hog() for _ in range(2)]
+    port = free_port()
+    server = on_one_cpu([sys.executable, "-c", START_IN_A_CHILD, str(port)], nice=19)
+    try:
+        began = time.monotonic()
+        wait_until_up(f"http://127.0.0.1:{port}", server, timeout=15.0)
+        assert time.monotonic() - began > 15.0, "the start was not starved: the test proves nothing"
+    finally:
+        for process in (server, *hogs):
+            stop_process(process)
+
+
 def test_a_server_that_never_answers_still_fails() -> None:
     port = free_port()
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
