@@ -46,6 +46,8 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
   key (RQ's check is a transaction of 3 commands and a worker beat); RQ's own handling (the
   ``suspended`` state, the wait, burst mode's exit) runs once it is set. A suspension takes
   effect within 5 s, after the job in hand, as before.
+* ``unsubscribe``: RQ's command channel left in an order that cannot stall the worker's stop for
+  a minute (app.jobs.command_channel).
 
 What RQ guarantees and the service relies on is unchanged: a job is pushed and popped by RQ; its
 execution is in the StartedJobRegistry with status ``started`` while it runs, its entry renewed
@@ -67,6 +69,8 @@ from rq.queue import Queue
 from rq.suspension import WORKERS_SUSPENDED
 from rq.utils import now
 from rq.worker import WorkerStatus
+
+from app.jobs.command_channel import PromptUnsubscribe
 
 SUSPENSION_CHECK_SECONDS = 5.0
 
@@ -90,7 +94,7 @@ def lean_success_applies(job: Job) -> bool:
             and not job.has_rate_limit)
 
 
-class LeanBookkeeping(SimpleWorker):
+class LeanBookkeeping(PromptUnsubscribe, SimpleWorker):
     """A SimpleWorker that writes only the bookkeeping RQ's guarantees need (module docstring)."""
 
     _suspension_checked_at = float("-inf")

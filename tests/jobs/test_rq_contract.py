@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, cast
 
 import pytest
 import rq
+from redis.client import PubSubWorkerThread
 from rq import Queue, Retry, SimpleWorker, Worker, get_current_job
 from rq.exceptions import NoSuchJobError, StopRequested
 from rq.executions import Execution
@@ -81,10 +83,17 @@ def test_the_installed_rq_is_the_pinned_major_version() -> None:
     ("check_for_suspension", ["self", "burst"]),
     ("increment_successful_job_count", ["self", "pipeline"]),
     ("procline", ["self", "message"]),
+    # the command channel: subscribed at the start, left by worker.grading_worker's own order
+    ("subscribe", ["self"]),
+    ("unsubscribe", ["self"]),
 ])
 def test_the_worker_methods_the_lanes_call_or_override(method: str, parameters: list[str]) -> None:
     assert _parameters(getattr(SimpleWorker, method)) == parameters
     assert not method.startswith("_")
+
+
+def test_the_command_thread_can_be_told_to_end_without_waiting_for_it() -> None:
+    assert _parameters(PubSubWorkerThread.stop) == ["self", "timeout"]
 
 
 def test_the_worker_constructor_takes_the_settings_the_lanes_pass() -> None:
@@ -176,7 +185,9 @@ def _worker(connection: Any, name: str, cls: type[BaseWorker] = SimpleWorker, **
 def test_a_simple_worker_runs_a_job_in_its_own_process_and_keeps_the_result(redis_server) -> None:
     connection = redis_server.client()
     queue = Queue("contract", connection=connection, serializer=JSONSerializer)
-    job = queue.enqueue(reports_its_job, job_id="contract-own", result_ttl=60)
+    # (kept 600 s, not 60: RQ's own worker can take a minute to leave its command channel, and
+    # a result kept 60 s was once gone when the test read it: app.jobs.command_channel)
+    job = queue.enqueue(reports_its_job, job_id="contract-own", result_ttl=600)
     assert _worker(connection, "runs").work(burst=True, with_scheduler=False) is True
     job = Job.fetch("contract-own", connection=connection, serializer=JSONSerializer)
     assert job.get_status() == JobStatus.FINISHED and job.return_value() == "contract-own"
@@ -466,3 +477,33 @@ def test_a_presence_beat_is_one_command_and_the_name_is_listed_again_when_its_re
     assert connection.zscore(presence.NAMES, "present") is not None
     worker._listed_at -= presence.LIST_EVERY_SECONDS
     assert beat() == {"set": 1, "zadd": 1}  # the list's renewal, well inside the hour it forgets after
+
+
+def test_a_lane_leaves_its_command_channel_promptly_whichever_thread_reads_the_reply_first(redis_server) -> None:
+    # (app.jobs.command_channel) The interleaving that stalled a warm stop for a minute under load: RQ's command thread
+    # reads UNSUBSCRIBE's reply before the thread is told to end, and goes back to wait for a
+    # subscription (RQ's sleep time: 60 s) while redis-py's stop() waits for it without a bound.
+    # Here the reply is always read first (the send waits until the thread has processed it).
+    worker = GradingWorker([Queue("judge", connection=redis_server.client(), serializer=JSONSerializer)],
+                           connection=redis_server.client(), serializer=JSONSerializer, name="leaving")
+    worker.subscribe()
+    pubsub, thread = worker.pubsub, worker.pubsub_thread
+    send = pubsub.unsubscribe
+
+    def unsubscribe_and_let_the_thread_read_the_reply(*args: Any) -> Any:
+        sent = send(*args)
+        deadline = time.monotonic() + 10
+        while pubsub.subscribed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not pubsub.subscribed, "the command thread never read the reply"
+        return sent
+
+    pubsub.unsubscribe = unsubscribe_and_let_the_thread_read_the_reply  # type: ignore[method-assign]
+    leaving = threading.Thread(target=worker.unsubscribe, daemon=True)
+    leaving.start()
+    leaving.join(timeout=30)  # a stall is 60 s; nothing legitimate takes a tenth of that
+    assert not leaving.is_alive(), "leaving the command channel stalled"
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    clients = redis_server.client().client_list(_type="pubsub")
+    assert clients == []  # nothing is left subscribed
