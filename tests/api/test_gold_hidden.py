@@ -222,7 +222,8 @@ def test_eval_report_keeps_expected_values_only_when_revealed(tmp_path) -> None:
             done = subprocess.run(
                 [sys.executable, "-m", "app.cli", "eval", "--model", "policy", "--base-url", fake.base_url,
                  "--split", "synthetic", "-n", "2", "--seed", "5", "--no-progress", "-o", str(out), *flag],
-                cwd=ROOT, env={**os.environ, "OPENAI_API_KEY": "x"}, capture_output=True, text=True, timeout=120)
+                cwd=ROOT, env={**os.environ, "OPENAI_API_KEY": "x"}, capture_output=True, text=True,
+                timeout=400)  # twice within the low-priority test limit (tests/conftest.py)
             assert done.returncode == 0, done.stderr[-2000:]
             records[bool(flag)] = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     finally:

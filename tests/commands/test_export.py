@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.low_priority]  # commands: left out 
 
 def export(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "app.cli", "export", *args], cwd=ROOT, env=dict(os.environ),
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)  # low priority: minutes without a CPU
 
 
 def _read(path: Path) -> list[dict]:

@@ -115,8 +115,8 @@ def test_the_v1_taskset_as_verifiers_04_loads_it(venv_python: Path, tmp_path: Pa
 @pytest.mark.slow
 def test_vf_eval_shows_the_taskset_arguments(venv_python: Path) -> None:
     vf_eval = venv_python.parent / "vf-eval"
-    done = subprocess.run([str(vf_eval), "scaling-book", "-h"], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run([str(vf_eval), "scaling-book", "-h"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "200"})  # low priority: minutes without a CPU
     assert done.returncode == 0, done.stderr[-3000:]
     for name in ("split", "chapters", "num-synthetic-examples", "seed", "tolerance", "judge-model",
                  "judge-base-url", "judge-api-key-var", "service-url"):

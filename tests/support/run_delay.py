@@ -1,12 +1,14 @@
-"""How long a process and everything it started have waited for a CPU, for waits that must not
-count a starved start as a failed one (tests/support/server.py)."""
+"""How long a process and everything it started have waited for a CPU that others held, for
+waits that must not count a starved start as a failed one (tests/support/server.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
 PROC = Path("/proc")
+Task = tuple[int, int]  # (pid, thread id)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -22,34 +24,47 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _thread_delays(pid: int) -> dict[tuple[int, int], int]:
-    """Nanoseconds each thread of pid has waited runnable for a CPU, by (pid, thread id): the
+def _schedstats(pid: int) -> dict[Task, tuple[int, int]]:
+    """(nanoseconds run, nanoseconds waited runnable for a CPU) of each thread of pid: the
     process's own schedstat is its main thread's alone."""
-    delays = {}
+    stats = {}
     with contextlib.suppress(OSError):
         for task in (PROC / str(pid) / "task").iterdir():
             with contextlib.suppress(OSError, IndexError, ValueError):
-                delays[pid, int(task.name)] = int((task / "schedstat").read_text().split()[1])
-    return delays
+                ran, waited = (task / "schedstat").read_text().split()[:2]
+                stats[pid, int(task.name)] = (int(ran), int(waited))
+    return stats
 
 
 class TreeRunDelay:
-    """The run delay of a process tree, summed over its threads since this was made. A thread
-    or process that has ended keeps the last reading taken of it (a starved grading process that
-    started and exited still waited), and one that existed before keeps only what it waited
-    after. (A thread id the kernel reuses for a new descendant keeps the larger reading.)
-    Threads that wait at the same time each count, so the sum can exceed the wall time:
-    callers cap it, and it errs towards calling a start starved rather than failed."""
+    """Seconds a process tree was starved since this was made: the time its threads waited for
+    a CPU, but never more than the time the tree did not spend running. So a tree that waits only
+    on itself (more of its threads runnable than there are CPUs: a server that spins in several
+    processes) counts as running, not starved, and a server asleep while its child waits for a
+    CPU counts as starved. Both are totals since the start, not per reading: the kernel adds a
+    thread's wait when the thread next runs, all at once (a wait of seconds lands in one reading).
+
+    A thread or process that has ended keeps its last reading; one that existed before counts
+    only from then on; a thread id the kernel reuses keeps the larger reading. Not seen: a
+    process that left the tree (its parent exited: a daemon's double fork), whose wait is then
+    not counted, so the start errs towards failing."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self._before = self._now()  # what the threads alive now had waited already
+        self._began = time.monotonic()
+        self._before = self._now()  # what the threads alive now had run and waited already
         self._last = dict(self._before)
+        self._starved = 0.0
 
-    def _now(self) -> dict[tuple[int, int], int]:
-        return {task: delay for pid in _descendants(self.pid) for task, delay in _thread_delays(pid).items()}
+    def _now(self) -> dict[Task, tuple[int, int]]:
+        return {task: stat for pid in _descendants(self.pid) for task, stat in _schedstats(pid).items()}
 
     def seconds(self) -> float:
-        for task, delay in self._now().items():
-            self._last[task] = max(self._last.get(task, 0), delay)
-        return sum(delay - self._before.get(task, 0) for task, delay in self._last.items()) / 1e9
+        for task, (ran, waited) in self._now().items():
+            last_ran, last_waited = self._last.get(task, (0, 0))
+            self._last[task] = (max(last_ran, ran), max(last_waited, waited))
+        ran = sum(r - self._before.get(task, (0, 0))[0] for task, (r, _) in self._last.items()) / 1e9
+        waited = sum(w - self._before.get(task, (0, 0))[1] for task, (_, w) in self._last.items()) / 1e9
+        elapsed = time.monotonic() - self._began
+        self._starved = max(self._starved, min(waited, elapsed - ran))  # never less than said before
+        return self._starved

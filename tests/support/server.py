@@ -10,8 +10,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-
-import httpx
+from urllib.parse import urlsplit
 
 from tests.support.run_delay import TreeRunDelay
 
@@ -29,6 +28,32 @@ def free_port() -> int:
 # server at nice 19 beside one hog: over 60 s of wall time for a 5 s timeout, still waiting).
 # Benchmarks call this without pytest's time limit.
 WALL_LIMIT = 600.0
+
+
+def _healthy(url: str, budget: float = 1.0) -> bool:
+    """Whether /healthz answers 200 within ``budget`` seconds in all: the status line alone is
+    read, under one deadline (httpx's timeout bounds each read, so a server that trickled bytes
+    held one request, and the wait, past any wall limit)."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    deadline = time.monotonic() + budget
+    status = b""
+    try:
+        with socket.create_connection((host, port), timeout=budget) as connection:
+            connection.sendall(b"GET /healthz HTTP/1.0\r\nHost: " + host.encode() + b"\r\n\r\n")
+            while b"\r\n" not in status and len(status) < 1024:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                connection.settimeout(left)
+                chunk = connection.recv(1024)
+                if not chunk:
+                    break
+                status += chunk
+    except OSError:
+        return False
+    line = status.split(b"\r\n", 1)[0].split()
+    return len(line) >= 2 and line[0].startswith(b"HTTP/1.") and line[1] == b"200"
 
 
 def wait_until_up(url: str, process: subprocess.Popen, timeout: float = 120.0,
@@ -49,11 +74,8 @@ def wait_until_up(url: str, process: subprocess.Popen, timeout: float = 120.0,
             break
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
+        if _healthy(url):
+            return
         time.sleep(0.1)  # not up yet, or answering something else: ask again, without spinning
     raise RuntimeError(f"server did not come up: {ran:.0f} s in which it could run (of {timeout:.0f} s), "
                        f"{wall:.0f} s of wall time (of {wall_limit:.0f} s)")
