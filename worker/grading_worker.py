@@ -4,7 +4,8 @@ with RQ's per-job bookkeeping cut to what the service relies on (app.jobs.rq_boo
 Only RQ's public worker API is used (tests/jobs/test_rq_contract.py checks every piece of it):
 the constructor's arguments, ``execute_job`` (the method RQ leaves to worker classes), the
 documented ``death_penalty_class``, and the public hooks ``heartbeat``, ``get_heartbeat_ttl``,
-``should_run_maintenance_tasks``, ``register_birth`` and ``register_death``.
+``should_run_maintenance_tasks``, ``register_birth``, ``register_death`` and
+``handle_warm_shutdown_request``.
 
 What is added to SimpleWorker:
 
@@ -65,6 +66,7 @@ class GradingWorker(LeanBookkeeping):
     presence: str | None = None  # JSON record published with the beats (app.jobs.presence)
     presence_ttl = 10
     holding: str | None = None  # the job id this lane runs now
+    stop_asked = False  # a first SIGINT or SIGTERM came (RQ's warm stop)
     beat_lag_max = 0.0  # the beat thread's worst lateness so far, in seconds (published in presence)
     _key_lives_until = 0.0  # monotonic time at which the worker's key expires, as of the last beat sent
     _last_presence = 0.0
@@ -128,8 +130,22 @@ class GradingWorker(LeanBookkeeping):
             with_deployment_secret(get_settings(), self.connection)
 
     def register_death(self) -> None:
-        super().register_death()
-        presence.withdraw(self.connection, self.name)
+        # RQ's teardown calls this before it leaves the command channel. A Redis error raised
+        # here replaced the StopRequested that ended the loop (a lane asked to stop during an
+        # outage went on to wait for Redis, and then worked again) and skipped the unsubscribe
+        # (each outage left a command thread subscribed: a command was then handled twice). The
+        # registration and the presence record expire by themselves.
+        try:
+            super().register_death()
+            presence.withdraw(self.connection, self.name)
+        except REDIS_ERRORS as error:
+            log.warning("%s: could not deregister (Redis: %s); the records expire by themselves", self.name, error)
+
+    def handle_warm_shutdown_request(self) -> None:
+        # RQ's hook in its first-signal handler: whether RQ's loop ended because a stop was asked
+        # is otherwise known only inside RQ (worker.lane does not wait out an outage then)
+        self.stop_asked = True
+        super().handle_warm_shutdown_request()
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         # RQ beats at several points of one job (before the dequeue, as the job starts, after it,

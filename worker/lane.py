@@ -80,15 +80,15 @@ def _wait_for_redis(worker: GradingWorker) -> bool:
 
 
 def work(worker: GradingWorker, burst: bool) -> int:
-    """RQ's work loop until it ends for good: 0 when it ended as asked (a stop, a finished burst)
-    or on its own with Redis up; 1 when Redis stayed away."""
+    """RQ's work loop until it ends for good: 0 when it ended as asked (a stop, a finished burst,
+    even with Redis away) or on its own with Redis up; 1 when Redis stayed away."""
     try:
         while True:
             try:
                 worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
             except REDIS_ERRORS:  # from RQ's own bookkeeping outside its retried dequeue
                 log.warning("lane %s lost Redis", worker.name)
-            if burst or _reachable(worker.connection):
+            if burst or worker.stop_asked or _reachable(worker.connection):
                 return 0
             if not _wait_for_redis(worker):
                 return 1

@@ -83,6 +83,7 @@ def test_the_installed_rq_is_the_pinned_major_version() -> None:
     ("check_for_suspension", ["self", "burst"]),
     ("increment_successful_job_count", ["self", "pipeline"]),
     ("procline", ["self", "message"]),
+    ("handle_warm_shutdown_request", ["self"]),  # RQ's first-signal hook (worker.grading_worker)
     # the command channel: subscribed at the start, left by worker.grading_worker's own order
     ("subscribe", ["self"]),
     ("unsubscribe", ["self"]),
