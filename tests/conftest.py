@@ -58,8 +58,8 @@ LONG_MODULES = (
 )
 
 
-# A low-priority test's time limit: it gets only the CPU the rest of `make test` leaves idle, so
-# minutes of its wall time can pass without a turn (one start of the service took over two).
+# A low-priority test's time limit: it gets mostly the CPU the rest of `make test` leaves idle
+# (a tenth when the rest wants it all), so minutes of its wall time can pass with little of it.
 LOW_PRIORITY_TIMEOUT = 900
 
 
