@@ -17,6 +17,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from app.redis_link import REDIS_ERRORS, sync_connection
+from tests.support.bounded import call_bounded
 from tests.support.server import ROOT
 from worker.grading_worker import GradingWorker
 
@@ -36,21 +37,10 @@ def _numsub(redis_server: Any, worker: GradingWorker) -> int:
 
 
 def _timed(call: Any, limit: float) -> tuple[float, BaseException | None]:
-    """Runs call in a daemon thread; (seconds taken, exception raised) or fails past limit."""
-    outcome: list[BaseException | None] = [None]
-
-    def run() -> None:
-        try:
-            call()
-        except BaseException as exc:  # reported to the test
-            outcome[0] = exc
-
-    began = time.monotonic()
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(limit)
-    assert not thread.is_alive(), f"{call} still running after {limit} s"
-    return time.monotonic() - began, outcome[0]
+    """call's (seconds taken, exception raised); fails the test past ``limit``."""
+    took, error = call_bounded(call, limit)
+    assert took is not None, f"{call} still running after {limit} s"
+    return took, error
 
 
 def test_unsubscribe_without_a_subscription_returns_at_once(redis_server) -> None:
