@@ -60,9 +60,9 @@ class TreeRunDelay:
         return {task: stat for pid in _descendants(self.pid) for task, stat in _schedstats(pid).items()}
 
     def seconds(self) -> float:
-        for task, (ran, waited) in self._now().items():
+        for task, (task_ran, task_waited) in self._now().items():
             last_ran, last_waited = self._last.get(task, (0, 0))
-            self._last[task] = (max(last_ran, ran), max(last_waited, waited))
+            self._last[task] = (max(last_ran, task_ran), max(last_waited, task_waited))
         ran = sum(r - self._before.get(task, (0, 0))[0] for task, (r, _) in self._last.items()) / 1e9
         waited = sum(w - self._before.get(task, (0, 0))[1] for task, (_, w) in self._last.items()) / 1e9
         elapsed = time.monotonic() - self._began
