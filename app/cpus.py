@@ -107,10 +107,18 @@ def cores_given() -> int:
     return available_cpus()
 
 
+def schedstat(path: Path) -> tuple[int, int]:
+    """A task's (nanoseconds run, nanoseconds waited runnable for a CPU) from its schedstat file
+    (/proc/PID/schedstat: the process's main thread; /proc/PID/task/TID/schedstat: one thread).
+    Raises OSError or ValueError where the kernel keeps none or the task is gone."""
+    ran, waited = path.read_text().split()[:2]
+    return int(ran), int(waited)
+
+
 def run_delay(pid: int) -> float:
     """Seconds the process's main thread has spent runnable but waiting for a CPU (the kernel's
     schedstat; 0 where the kernel keeps none, or once the process is gone)."""
     try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
+        return schedstat(Path(f"/proc/{pid}/schedstat"))[1] / 1e9
+    except (OSError, ValueError):
         return 0.0

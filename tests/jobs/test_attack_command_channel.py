@@ -49,16 +49,24 @@ def test_unsubscribe_without_a_subscription_returns_at_once(redis_server) -> Non
     assert error is None and took < 1
 
 
+def _unsubscribes_within(worker: GradingWorker, seconds: float) -> None:
+    took, error = _timed(worker.unsubscribe, 10)
+    assert error is None and took < seconds, (took, error)
+
+
+def _nothing_left(redis_server: Any, thread: Any) -> None:
+    thread.join(5)
+    assert not thread.is_alive(), "the command thread outlived the stop"
+    assert redis_server.client().client_list(_type="pubsub") == []
+
+
 def test_unsubscribe_twice_is_prompt_and_leaves_nothing(redis_server) -> None:
     worker = _worker(redis_server, "twice")
     worker.subscribe()
     thread = worker.pubsub_thread
     for _ in range(2):
-        took, error = _timed(worker.unsubscribe, 10)
-        assert error is None and took < 2
-    thread.join(5)
-    assert not thread.is_alive()
-    assert redis_server.client().client_list(_type="pubsub") == []
+        _unsubscribes_within(worker, 2)
+    _nothing_left(redis_server, thread)
 
 
 def test_a_command_arriving_during_the_stop_does_not_stall_it(redis_server) -> None:
@@ -77,11 +85,8 @@ def test_a_command_arriving_during_the_stop_does_not_stall_it(redis_server) -> N
     # (not "shutdown": RQ's handler sends SIGINT to this very process)
     redis_server.client().publish(worker.pubsub_channel_name, '{"command": "kill-horse"}')
     assert handled.wait(5)
-    took, error = _timed(worker.unsubscribe, 10)
-    assert error is None and took < 3
-    thread.join(5)
-    assert not thread.is_alive()
-    assert redis_server.client().client_list(_type="pubsub") == []
+    _unsubscribes_within(worker, 3)
+    _nothing_left(redis_server, thread)
 
 
 def test_a_stop_while_redis_is_down_is_prompt_and_the_thread_ends(redis_server) -> None:

@@ -7,6 +7,8 @@ import contextlib
 import time
 from pathlib import Path
 
+from app.cpus import schedstat
+
 PROC = Path("/proc")
 Task = tuple[int, int]  # (pid, thread id)
 
@@ -30,9 +32,8 @@ def _schedstats(pid: int) -> dict[Task, tuple[int, int]]:
     stats = {}
     with contextlib.suppress(OSError):
         for task in (PROC / str(pid) / "task").iterdir():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                ran, waited = (task / "schedstat").read_text().split()[:2]
-                stats[pid, int(task.name)] = (int(ran), int(waited))
+            with contextlib.suppress(OSError, ValueError):
+                stats[pid, int(task.name)] = schedstat(task / "schedstat")
     return stats
 
 
@@ -63,8 +64,10 @@ class TreeRunDelay:
         for task, (task_ran, task_waited) in self._now().items():
             last_ran, last_waited = self._last.get(task, (0, 0))
             self._last[task] = (max(last_ran, task_ran), max(last_waited, task_waited))
-        ran = sum(r - self._before.get(task, (0, 0))[0] for task, (r, _) in self._last.items()) / 1e9
-        waited = sum(w - self._before.get(task, (0, 0))[1] for task, (_, w) in self._last.items()) / 1e9
+        ran = waited = 0
+        for task, (task_ran, task_waited) in self._last.items():
+            before_ran, before_waited = self._before.get(task, (0, 0))
+            ran, waited = ran + task_ran - before_ran, waited + task_waited - before_waited
         elapsed = time.monotonic() - self._began
-        self._starved = max(self._starved, min(waited, elapsed - ran))  # never less than said before
+        self._starved = max(self._starved, min(waited, elapsed * 1e9 - ran) / 1e9)  # never less than said before
         return self._starved
