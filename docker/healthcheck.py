@@ -38,8 +38,10 @@ def worker() -> tuple[bool, str]:
         return False, json.dumps(verdict)
     import redis
 
+    # RESP2: a new connection's first command is the PING itself (RESP3 sends HELLO first: two
+    # commands every 30 s per worker, counted by Redis like the grading's own)
     client = redis.Redis.from_url(os.environ["SCALING_GRADER_REDIS_URL"], socket_timeout=5,
-                                  socket_connect_timeout=5)
+                                  socket_connect_timeout=5, protocol=2)
     client.ping()
     return True, json.dumps(verdict)
 

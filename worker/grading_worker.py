@@ -11,16 +11,16 @@ What is added to SimpleWorker:
 
 * Heartbeats while a job runs. SimpleWorker sends none (RQ's docs say so) and sets the job's
   heartbeat TTL to the whole job timeout, so a killed lane's job would wait many minutes to be
-  re-run. Here a side thread beats every QUEUE__HEARTBEAT_INTERVAL, renewing in one round trip
-  only what a lapse would give away: the job's lease (app.jobs.leases) and the execution's entry
-  in RQ's StartedJobRegistry (RQ's ``add_execution``), both with a TTL of the interval plus
-  QUEUE__HEARTBEAT_GRACE: a lane that is killed or cut off loses both within seconds, and RQ's
+  re-run. Here a side thread beats every QUEUE__HEARTBEAT_INTERVAL, renewing only what a lapse
+  would give away: the execution's entry in RQ's StartedJobRegistry (RQ's ``add_execution``),
+  with a TTL of the interval plus QUEUE__HEARTBEAT_GRACE, which is also the job's lease
+  (app.jobs.leases): a lane that is killed or cut off loses it within seconds, RQ's
   abandoned-job handling re-queues its job (at the front: app.jobs.redis_jobs enqueues with
-  ``Retry(enqueue_at_front=True)``). That is 4 Redis commands a beat where RQ's
-  ``maintain_heartbeats`` and the lease took about 13 (bench_redis_commands): RQ's other
-  records of an execution are not written (app.jobs.rq_bookkeeping), the job's
-  ``last_heartbeat`` is not rewritten (nothing reads it), and the worker's key is renewed only
-  when it would otherwise expire before the next beat.
+  ``Retry(enqueue_at_front=True)``) and the next attempt takes the lease over. That is 1 Redis
+  command a beat where RQ's ``maintain_heartbeats`` and a lease of its own took about 13
+  (bench_redis_commands): RQ's other records of an execution are not written
+  (app.jobs.rq_bookkeeping), the job's ``last_heartbeat`` is not rewritten (nothing reads it),
+  and the worker's key is renewed only when it would otherwise expire before the next beat.
 * One maintenance pass per interval for the whole deployment (RQ's runs on every worker, and its
   cost grows with the number of workers each pass lists), and of it only the look for abandoned
   jobs every interval: RQ's whole pass once a minute.
@@ -45,7 +45,7 @@ from rq.worker import WorkerStatus
 from app.graders.kinds import queue_names
 from app.jobs import keys, leases, presence, worker_health
 from app.jobs.case_secret import restore_known_secret, with_deployment_secret
-from app.jobs.leases import Lease, new_token
+from app.jobs.leases import Lease
 from app.jobs.rq_bookkeeping import LeanBookkeeping
 from app.jobs.worker_registry import record_sandbox_tier
 from app.redis_link import REDIS_ERRORS, sync_connection
@@ -56,6 +56,7 @@ from worker.deadline import JobDeadline
 log = logging.getLogger(__name__)
 QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 _BEAT_MARGIN_SECONDS = 10.0
+_NO_DEADLINE_LEASE_SECONDS = 24 * 3600  # a job without a deadline (RQ's -1): its lease's key lives a day
 FULL_MAINTENANCE_SECONDS = 60
 
 
@@ -172,7 +173,11 @@ class GradingWorker(LeanBookkeeping):
         """The lane's presence record, when due (queued on ``pipeline`` if given: then the caller
         hands its reply to ``_presence_sent``). True when one was sent or queued."""
         clock = time.monotonic()
-        if self.presence is None or clock - self._last_presence < self.presence_ttl / 3:
+        # due once the record would lapse within two of the lane's chances to publish (a busy
+        # lane's beat, an idle one's dequeue timeout): one chance may be missed, and no record is
+        # sent sooner (with the default 20 s TTL: every 10 s, not every 6.7 s as at a third)
+        chance = max(self.dequeue_timeout, self.job_monitoring_interval)
+        if self.presence is None or self.presence_ttl - (clock - self._last_presence) > 2 * chance:
             return False
         self._last_presence = clock
         record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
@@ -197,9 +202,10 @@ class GradingWorker(LeanBookkeeping):
     def execute_job(self, job: Job, queue: Queue) -> None:
         """SimpleWorker's, with the beat thread beside the job."""
         execution = self.prepare_execution(job)
-        # The job function takes this lease (app.jobs.leases); the beat renews it with RQ's own
-        # heartbeat, with the same TTL, so a lane that cannot beat loses both together.
-        lease = Lease(self.connection, job.id, new_token(self.name), 1000 * self.get_heartbeat_ttl(job))
+        # The job function takes this lease (app.jobs.leases). Its token is the execution's entry
+        # in the StartedJobRegistry, which the beat keeps alive: the lease is held while the entry
+        # is, and needs no renewal; its key outlives the job's deadline and then lapses.
+        lease = self._job_lease(job, execution)
         stop = threading.Event()
         beat = threading.Thread(target=self._beat, args=(job, execution, lease, stop),
                                 name=f"heartbeat-{self.name}", daemon=True)
@@ -215,6 +221,14 @@ class GradingWorker(LeanBookkeeping):
             beat.join()
         self.set_state(WorkerStatus.IDLE)
 
+    def _job_lease(self, job: Job, execution: Any) -> Lease:
+        """The lease of this lane's attempt of ``job``: held while ``execution``'s entry in the
+        StartedJobRegistry is alive, its key kept past the job's deadline (RQ's death penalty ends
+        the job by then) and the last beat's entry."""
+        deadline = job.timeout if job.timeout and job.timeout > 0 else _NO_DEADLINE_LEASE_SECONDS
+        return Lease(self.connection, job.id, execution.composite_key,
+                     1000 * (int(deadline) + self.get_heartbeat_ttl(job)), registry=job.started_job_registry.key)
+
     def _beat(self, job: Job, execution: Any, lease: Lease, stop: threading.Event) -> None:
         # A thread of its own, which waits on nothing but its timer and Redis: a lane busy with its
         # cases, or a loaded machine, delays it by milliseconds (measured: docs/deployment.md),
@@ -229,29 +243,33 @@ class GradingWorker(LeanBookkeeping):
                 log.warning("heartbeat for job %s failed", job.id, exc_info=True)
 
     def _beat_once(self, job: Job, execution: Any, lease: Lease) -> None:
-        """One beat of a running job, in one round trip: the lease, the execution's entry in RQ's
-        StartedJobRegistry (only if RQ has not removed it: XX), and, when due, the worker's key
-        and the lane's presence."""
+        """One beat of a running job, in one round trip: the execution's entry in RQ's
+        StartedJobRegistry, which is also the job's lease (app.jobs.leases), only if RQ has not
+        removed it (XX); when due, the worker's key and the lane's presence."""
         worker_beat = self._worker_beat_due(self.job_monitoring_interval)
         worker_ttl = self.job_monitoring_interval + 60  # as RQ's maintain_heartbeats gives the worker's key
         with self.connection.pipeline(transaction=False) as pipeline:
-            renewing = lease.renew_in(pipeline)
-            job.started_job_registry.add_execution(execution, pipeline=pipeline,
-                                                   ttl=self.get_heartbeat_ttl(job), xx=True)
+            # RQ's add_execution, with CH: the reply says whether the entry was still there (its
+            # score, a float, changes with every beat; RQ's own are whole seconds, and its cleanup
+            # reads either alike)
+            pipeline.zadd(job.started_job_registry.key,
+                          {execution.composite_key: time.time() + self.get_heartbeat_ttl(job)}, xx=True, ch=True)
             if worker_beat:
                 self._beat_worker_key(worker_ttl, pipeline)
             published = self._publish_presence(pipeline)
             replies = pipeline.execute()
         if published:
             self._presence_sent(replies[-1])
-        if renewing and not lease.renewed(replies[0]):  # logged once: the lease is not renewed again
+        if replies[0] != 1 and lease.taken and not lease.lost:  # logged once
+            lease.lost = True
             log.warning("job %s: lease lost (this worker looked dead); its result is left to the attempt that "
                         "holds it now", job.id)
-            # the lease lapsed (a stall past its TTL) or Redis lost it (a flush, a restart without
-            # persistence): the worker's key may be gone too, so the next beat (or RQ's, after the
-            # job) checks it and puts the record back, before the job's end writes to it without a TTL
+            # RQ re-queued the job (a stall past the entry's TTL) or Redis lost the entry (a flush, a
+            # restart without persistence): the worker's key may be gone too, so the next beat (or
+            # RQ's, after the job) checks it and puts the record back, before the job's end writes
+            # to it without a TTL
             self._key_lives_until = 0.0
-        if worker_beat and replies[1 + renewing] == 1:
+        if worker_beat and replies[1] == 1:
             # the worker's key had expired (a stall past its TTL, or Redis lost it): the HSET made
             # a hash with one field, so the whole record goes back, with its TTL (as RQ does)
             with self.connection.pipeline(transaction=False) as pipeline:

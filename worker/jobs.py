@@ -56,7 +56,8 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     if job is None:  # called directly (tests, tools): nothing to hold or publish
         return GradingService(settings).run_job(payload).model_dump(mode="json")
     connection = job.connection
-    lease = held() or Lease(connection, job.id, new_token("job"), _lease_ms(settings))
+    lease = held() or Lease(connection, job.id, new_token("job"), _lease_ms(settings),
+                            registry=job.started_job_registry.key)
     pause = min(settings.queue.heartbeat_interval, _LONGEST_PAUSE)
     ttl = settings.queue.result_ttl
     try:
@@ -96,5 +97,6 @@ def _note_fault(connection: Any, labels: tuple[str, str, str], tenant: str | Non
 
 
 def _lease_ms(settings: Settings) -> int:
-    """As long as RQ's own heartbeat TTL for the job (worker.main), so both lapse together."""
+    """A lease no heartbeat keeps (grade_job run by a worker that sends none): as long as a
+    lane's heartbeat TTL (worker.grading_worker)."""
     return 1000 * (max(1, math.ceil(settings.queue.heartbeat_interval)) + settings.queue.heartbeat_grace)

@@ -39,6 +39,7 @@ from app.jobs.base import ClaimResult, JobView, QueuedGrading, job_id_for, poll_
 from app.jobs.leases import store_once
 from app.jobs.refusals import count_refusal
 from app.jobs.result_notices import ResultNotices
+from app.jobs.rq_enqueue import LeanEnqueue
 from app.redis_link import KEEPALIVE, REDIS_ERRORS, sync_connection
 from app.settings import Settings
 
@@ -137,6 +138,7 @@ class RedisJobs:
             socket_keepalive=True, socket_keepalive_options=KEEPALIVE)
         self._sync = sync_connection(settings.redis_url)
         self._queues: dict[str, Queue] = {}
+        self._lean = LeanEnqueue()
         self.notices = ResultNotices(self.async_redis)
         self.issued = IssuedJobs()
         self._renewed: dict[str, float] = {}  # tenant -> when this process last renewed its set's TTL
@@ -197,15 +199,13 @@ class RedisJobs:
             raise QueueUnavailable("Redis is unreachable") from None
 
     def _enqueue(self, queue: str, job_id: str, payload: dict[str, Any], tenant: str) -> None:
-        """RQ's enqueue through its bulk API (``Queue.prepare_data`` and ``Queue.enqueue_many``),
-        sent as one pipeline without a transaction: four commands (the queue's registration, the
-        job's status and record, the push). ``enqueue_call`` with a pipeline would wrap them in
-        MULTI/EXEC (RQ starts a transaction on a pipeline it is given), two commands more. Not
+        """RQ's enqueue in two commands (app.jobs.rq_enqueue: the job's record and the push). Not
         atomic: the job hash is written before its id is pushed, and a connection lost in
         between leaves a claim whose retry re-queues it (_never_queued)."""
         queue_settings = self.settings.queue
-        job = Queue.prepare_data(
-            self.job_function, args=(payload,), job_id=job_id, timeout=queue_settings.job_timeout,
+        self._lean.enqueue(
+            self._queue(queue), func=self.job_function, args=(payload,), job_id=job_id,
+            timeout=queue_settings.job_timeout,
             # result_ttl=0: RQ keeps no copy of the return value (the result is stored once under
             # the service's own key, app.jobs.leases) and drops the job's records when it succeeds
             # (app.jobs.rq_bookkeeping); a failed job keeps them, for view() to read
@@ -213,9 +213,6 @@ class RedisJobs:
             # no interval: a delayed retry would need an RQ scheduler; re-queue at once instead
             retry=Retry(max=queue_settings.retries, enqueue_at_front=True) if queue_settings.retries else None,
             meta={"tenant": tenant})
-        with self._sync.pipeline(transaction=False) as pipe:
-            self._queue(queue).enqueue_many([job], pipeline=pipe)
-            pipe.execute()
 
     async def reserve(self, tenant: str, job_ids: Sequence[str], max_in_flight: int) -> None:
         if not job_ids:

@@ -163,6 +163,20 @@ def test_the_worker_check_fails_without_redis(tmp_path: Path) -> None:
     assert code == 1 and "ConnectionError" in out
 
 
+def test_the_worker_check_costs_redis_one_command(tmp_path: Path, redis_server) -> None:
+    # every 30 s per worker, for as long as the stack runs: the PING, no HELLO before it
+    path = tmp_path / "health.json"
+    path.write_text(json.dumps({"pid": 1, "started": 3}))
+    connection = redis_server.client()
+    connection.config_resetstat()
+    code, out, _ = _check("worker", env={"SCALING_GRADER_SANDBOX__HEALTH_FILE": str(path),
+                                         "SCALING_GRADER_REDIS_URL": redis_server.url})
+    assert code == 0, out
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
+    calls.pop("config|resetstat", None)
+    assert calls == {"ping": 1}, calls
+
+
 FAILING_PS_DOCKER = """#!/bin/sh
 # A stand-in for docker whose daemon answers everything but the listing of containers.
 echo "docker $*" >> "$CALLS"

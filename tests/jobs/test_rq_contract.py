@@ -28,9 +28,11 @@ from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty, UnixSignalDeathPenalty
 from rq.worker import BaseWorker, WorkerStatus
 
-from app.jobs import keys, presence
+from app.jobs import keys, presence, rq_enqueue
+from app.jobs.grade_log import grade_count
 from app.jobs.leases import Lease, new_token
 from app.jobs.rq_bookkeeping import LeanBookkeeping
+from app.jobs.rq_enqueue import LeanEnqueue
 from app.jobs.worker_registry import running_jobs, worker_state
 from tests.support.forked import report_from_fork
 from worker.deadline import GradingDeadline, JobDeadline
@@ -153,8 +155,13 @@ def test_the_execution_the_lean_bookkeeping_registers_and_removes_is_rq_s() -> N
 
 def test_the_queue_calls_the_api_makes() -> None:
     assert {"timeout", "result_ttl", "failure_ttl", "job_id", "meta", "retry"} <= set(_parameters(Queue.enqueue_call))
-    assert {"timeout", "result_ttl", "failure_ttl", "job_id", "meta", "retry"} <= set(_parameters(Queue.prepare_data))
-    assert _parameters(Queue.enqueue_many)[:3] == ["self", "job_datas", "pipeline"]
+    # the lean enqueue (app.jobs.rq_enqueue)
+    assert {"func", "args", "timeout", "result_ttl", "failure_ttl", "job_id", "meta", "retry", "status"} <= set(
+        _parameters(Queue.create_job))
+    assert _parameters(Queue.push_job_id) == ["self", "job_id", "pipeline", "at_front"]
+    assert _parameters(Job.save)[:2] == ["self", "pipeline"]
+    assert _parameters(Queue.get_redis_server_version) == ["self"]
+    assert isinstance(inspect.getattr_static(Queue, "redis_queues_keys"), str)
     assert set(_parameters(Retry.__init__)) >= {"max", "interval", "enqueue_at_front"}
     assert JobStatus.STARTED == "started" and JobStatus.QUEUED == "queued"
 
@@ -204,23 +211,57 @@ def test_enqueue_keeps_the_settings_the_api_passes(redis_server) -> None:
     assert job.origin == "contract" and job.get_status() == JobStatus.QUEUED
 
 
-def test_the_bulk_enqueue_on_a_plain_pipeline_keeps_the_settings_and_opens_no_transaction(redis_server) -> None:
-    # how the API enqueues (app.jobs.redis_jobs._enqueue): four commands, no MULTI/EXEC
+def _record(connection: Any, job_id: str) -> dict[bytes, bytes]:
+    """A job's RQ record, without the fields that hold the moment it was made."""
+    record = connection.hgetall(f"rq:job:{job_id}")
+    for moment in (b"created_at", b"enqueued_at"):
+        assert record.pop(moment)
+    return record
+
+
+def test_the_lean_enqueue_writes_rq_s_own_record_in_two_commands(redis_server) -> None:
+    # how the API enqueues (app.jobs.redis_jobs._enqueue): the record and the push, no MULTI/EXEC,
+    # the queue registered with a process's first job of it
     connection = redis_server.client()
     queue = Queue("contract", connection=connection, serializer=JSONSerializer)
-    queue.enqueue(sleeps, 0, job_id="contract-ahead")
-    data = Queue.prepare_data(sleeps, args=(0,), job_id="contract-bulk", timeout=7, result_ttl=0, failure_ttl=13,
-                              retry=Retry(max=2, enqueue_at_front=True), meta={"tenant": "t"})
+    settings = {"timeout": 7, "result_ttl": 0, "failure_ttl": 13, "meta": {"tenant": "t"}}
+    queue.enqueue_call(sleeps, args=(0,), job_id="contract-rq", retry=Retry(max=2, enqueue_at_front=True), **settings)
+    connection.delete("rq:queues")
+    lean = LeanEnqueue()
     connection.config_resetstat()
-    with connection.pipeline(transaction=False) as pipe:
-        queue.enqueue_many([data], pipeline=pipe)
-        pipe.execute()
-    calls = _calls_since_reset(connection)
-    assert calls == {"sadd": 1, "hset": 2, "rpush": 1}, calls
-    job = Job.fetch("contract-bulk", connection=connection, serializer=JSONSerializer)
-    assert (job.timeout, job.result_ttl, job.failure_ttl, job.meta, job.retries_left) == (7, 0, 13, {"tenant": "t"}, 2)
-    assert job.origin == "contract" and job.get_status() == JobStatus.QUEUED
-    assert queue.get_job_ids() == ["contract-ahead", "contract-bulk"]  # at the back, like enqueue_call's
+    lean.enqueue(queue, func=sleeps, args=(0,), job_id="contract-lean-1", retry=Retry(max=2, enqueue_at_front=True),
+                 **settings)
+    assert _calls_since_reset(connection) == {"sadd": 1, "hset": 1, "rpush": 1}
+    assert connection.smembers("rq:queues") == {b"rq:queue:contract"}
+    connection.config_resetstat()
+    lean.enqueue(queue, func=sleeps, args=(0,), job_id="contract-lean-2", retry=Retry(max=2, enqueue_at_front=True),
+                 **settings)
+    assert _calls_since_reset(connection) == {"hset": 1, "rpush": 1}
+    rq_own = _record(connection, "contract-rq")
+    for job_id in ("contract-lean-1", "contract-lean-2"):
+        assert _record(connection, job_id) == rq_own  # field for field, but the moments it was made
+        job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
+        kept = (job.timeout, job.result_ttl, job.failure_ttl, job.meta, job.retries_left)
+        assert kept == (7, 0, 13, {"tenant": "t"}, 2)
+        assert job.origin == "contract" and job.get_status() == JobStatus.QUEUED and job.enqueued_at is not None
+    assert queue.get_job_ids() == ["contract-rq", "contract-lean-1", "contract-lean-2"]  # at the back, like RQ's
+    # and RQ's worker runs them as its own
+    assert _worker(connection, "runs-lean").work(burst=True, with_scheduler=False) is True
+    assert queue.get_job_ids() == [] and queue.failed_job_registry.count == 0
+    assert not connection.exists("rq:job:contract-lean-2")  # ran and succeeded: result_ttl=0 drops it
+
+
+def test_the_lean_enqueue_registers_the_queue_again_after_a_while(redis_server, monkeypatch) -> None:
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    lean = LeanEnqueue()
+    lean.enqueue(queue, func=sleeps, args=(0,), job_id="contract-first", timeout=7)
+    connection.flushall()  # Redis lost its data
+    lean.enqueue(queue, func=sleeps, args=(0,), job_id="contract-soon", timeout=7)
+    assert not connection.exists("rq:queues")  # within the period: not yet
+    monkeypatch.setattr(rq_enqueue, "REGISTER_EVERY_SECONDS", 0.0)
+    lean.enqueue(queue, func=sleeps, args=(0,), job_id="contract-later", timeout=7)
+    assert connection.smembers("rq:queues") == {b"rq:queue:contract"}
 
 
 def test_the_death_penalty_class_ends_a_job_with_the_exception_it_raises(redis_server) -> None:
@@ -270,17 +311,23 @@ def test_a_job_whose_heartbeats_lapse_is_requeued_at_the_front_by_another_worker
     assert queue.get_job_ids() == ["contract-abandoned", "contract-waiting"]
 
 
-def _running(connection: Any, queue: Queue, name: str) -> tuple[GradingWorker, Job, Execution, Lease]:
-    """A GradingWorker (TTL 2 s) with a job it has started, and the job's lease taken."""
+def _started(connection: Any, queue: Queue, name: str) -> tuple[GradingWorker, Job, Execution, None]:
+    """A GradingWorker (TTL 2 s) with a job it has started."""
     worker = _worker(connection, name, GradingWorker, job_monitoring_interval=1)
     worker.heartbeat_grace = 1  # type: ignore[attr-defined]
     worker.register_birth()
     job = Job.fetch(queue.pop_job_id(), connection=connection, serializer=JSONSerializer)  # type: ignore[arg-type]
     execution = worker.prepare_execution(job)
     worker.prepare_job_execution(job)
-    lease = Lease(connection, job.id, new_token(worker.name), 1000 * worker.get_heartbeat_ttl(job))
+    return worker, job, execution, None  # type: ignore[return-value]
+
+
+def _running(connection: Any, queue: Queue, name: str) -> tuple[GradingWorker, Job, Execution, Lease]:
+    """A GradingWorker (TTL 2 s) with a job it has started, and the job's lease taken."""
+    worker, job, execution, _ = _started(connection, queue, name)
+    lease = worker._job_lease(job, execution)
     assert lease.take(60) == 1
-    return worker, job, execution, lease  # type: ignore[return-value]
+    return worker, job, execution, lease
 
 
 def _lapsed(connection: Any, name: str) -> tuple[Queue, GradingWorker, Job, Execution, Lease]:
@@ -307,7 +354,11 @@ def test_the_lean_beat_keeps_a_running_job_from_being_taken_for_abandoned(redis_
     connection.config_resetstat()  # a beat with the worker's key fresh: the lease and the entry, nothing else
     live._beat_once(job, execution, lease)
     calls = _calls_since_reset(connection)
-    assert calls == {"eval": 1, "get": 1, "pexpire": 1, "zadd": 1}, calls
+    assert calls == {"zadd": 1}, calls  # the entry, which is the lease too
+    # the entry RQ's add_execution wrote (prepare_execution), moved ahead: not a second one
+    registry = queue.started_job_registry
+    assert connection.zrange(registry.key, 0, -1) == [execution.composite_key.encode()]
+    assert connection.zscore(registry.key, execution.composite_key) > time.time() + live.get_heartbeat_ttl(job) - 1
     # the status page sees the job, and RQ's per-execution records were never written
     assert running_jobs(connection, ["contract"])[live.name]["id"] == job.id
     assert not [k for k in connection.scan_iter("rq:execution*")]
@@ -361,20 +412,68 @@ def test_the_maintenance_between_rq_s_whole_passes_requeues_an_abandoned_job_and
 
 
 def test_a_lean_beat_after_rq_took_the_job_for_abandoned_neither_restores_it_nor_keeps_the_lease(redis_server) -> None:
-    # a lane stopped past its TTL: RQ re-queued the job and another attempt took the lease; the
-    # stopped lane's next beat must not put its execution back in the registry (which would keep
-    # RQ from re-queueing the job again should the new attempt die) nor extend the new holder's lease
+    # a lane stopped past its TTL: RQ re-queued the job and another attempt took the lease over;
+    # the stopped lane's next beat must not put its execution back in the registry (which would
+    # keep RQ from re-queueing the job again should the new attempt die, and would make the
+    # stale attempt look alive again) nor touch the new holder's lease
     connection = redis_server.client()
     queue, stale, job, execution, lease = _lapsed(connection, "stale")
     _worker(connection, "alive").clean_registries()
     assert job.get_status() == JobStatus.QUEUED
-    other = Lease(connection, job.id, new_token("other"), 60_000)
-    assert other.take(60) == 2
+    other = Lease(connection, job.id, new_token("other"), 60_000, registry=queue.started_job_registry.key)
+    assert other.take(60) == 2  # the stale attempt's entry is gone: its lease is taken over
+    connection.config_resetstat()
     stale._beat_once(job, execution, lease)
     assert lease.lost
+    calls = _calls_since_reset(connection)
+    assert calls.pop("zadd") == 1 and set(calls) <= {"hset", "expire"}, calls  # the worker's key, due by now
     assert execution.composite_key not in [m.decode() for m in connection.zrange(queue.started_job_registry.key, 0, -1)]
     assert connection.get(keys.lease(job.id)).decode() == other.token
     assert 55_000 < connection.pttl(keys.lease(job.id)) <= 60_000
+    count = grade_count("exam", "numeric", "correct", tenant="t")
+    assert lease.publish('{"reward": 0.0}', "t", 60, count) == -1  # fenced while the new attempt lives
+    assert other.publish('{"reward": 1.0}', "t", 60, count) == 1
+    assert lease.publish('{"reward": 0.0}', "t", 60, count) == 0
+
+
+def test_a_beat_past_the_entry_s_ttl_before_rq_looked_keeps_the_job(redis_server) -> None:
+    # stopped past the TTL, resumed before any maintenance ran: the beat finds the entry still
+    # there (no one re-queued the job) and puts it ahead of the clock again, so the lease is held
+    # again: RQ's look does not take the job for abandoned, another attempt cannot take it over,
+    # and the result is written once, by this attempt
+    connection = redis_server.client()
+    queue, lane, job, execution, lease = _lapsed(connection, "resumed")
+    meanwhile = Lease(connection, job.id, new_token("twice"), 60_000, registry=queue.started_job_registry.key)
+    lane._beat_once(job, execution, lease)
+    assert not lease.lost
+    _worker(connection, "looks").clean_registries()
+    assert job.get_status() == JobStatus.STARTED and queue.get_job_ids() == []  # not taken for abandoned
+    assert meanwhile.take(60) == -1
+    assert lease.publish('{"reward": 1.0}', "t", 60, grade_count("exam", "numeric", "correct", tenant="t")) == 1
+    assert meanwhile.take(60) == 0
+
+
+def test_an_attempt_of_a_job_rq_holds_twice_waits_while_the_other_lives_and_takes_over_once_it_died(
+        redis_server) -> None:
+    # a job RQ holds twice (app.jobs.redis_jobs): two lanes start it; the second waits while the
+    # first beats, and takes the lease over when the first's entry lapses (that lane died)
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    for _ in range(2):
+        queue.enqueue(sleeps, 0, job_id="contract-twice", retry=Retry(max=1, enqueue_at_front=True))
+    first, job, execution, lease = _running(connection, queue, "first")
+    second_lane, second_job, second_execution, _ = _started(connection, queue, "second")
+    second = second_lane._job_lease(second_job, second_execution)
+    count = grade_count("exam", "numeric", "correct", tenant="t")
+    first._beat_once(job, execution, lease)
+    assert second.take(60) == -1
+    deadline = time.monotonic() + 10  # the first lane died: its entry lapses
+    while second.take(60) == -1 and time.monotonic() < deadline:
+        second_lane._beat_once(second_job, second_execution, second)
+        time.sleep(0.2)
+    assert second.taken and connection.get(keys.lease(job.id)).decode() == second.token
+    assert lease.publish('{"reward": 0.0}', "t", 60, count) == -1  # the dead one comes back: fenced
+    assert second.publish('{"reward": 1.0}', "t", 60, count) == 1
 
 
 # ------------------------------------------------------------------ the lean bookkeeping (app.jobs.rq_bookkeeping)

@@ -55,6 +55,12 @@ def _done_with_a_job(redis_server: RedisServer, worker: str) -> bool:
     return int(done or 0) + int(failed or 0) >= 1 and worker not in running_jobs(connection)
 
 
+def _entry_lapsed(redis_server: RedisServer, job_id: str) -> bool:
+    """No execution of the job in the impl queue's StartedJobRegistry is ahead of the clock."""
+    entries = redis_server.client().zrange("rq:wip:impl", 0, -1, withscores=True)
+    return all(score <= time.time() for member, score in entries if member.decode().startswith(f"{job_id}:"))
+
+
 def _graded_total(redis_server: RedisServer) -> int:
     """Grades the workers counted (the deployment's totals in Redis)."""
     return sum(int(v) for v in redis_server.client().hvals("sg:grades:total"))
@@ -190,10 +196,11 @@ def test_a_dead_workers_job_is_rerun_before_the_jobs_queued_behind_it(redis_serv
             behind = [_submit(client, f"front-{i}") for i in range(1, 4)]  # queued behind the held job
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
-            # The survivor starts once the victim's lease has lapsed, so its first maintenance pass
+            # The survivor starts once the victim's lease has lapsed (its execution's entry in the
+            # StartedJobRegistry, which the lease is held by), so its first maintenance pass
             # finds the job dead while the others still wait (a survivor up sooner would take the
             # queue's head before anything is re-queued, whatever the re-queue's side).
-            until(lambda: redis_server.client().get(f"sg:lease:{first}") is None, 60, "the victim's lease to lapse")
+            until(lambda: _entry_lapsed(redis_server, first), 60, "the victim's lease to lapse")
             survivor = start_worker(redis_server.url, "survivor", FAST_QUEUE)
             results = collect(client, [first, *behind], timeout=240)
         finally:
