@@ -12,28 +12,20 @@ import redis.asyncio as aioredis
 
 from app.redis_link import REDIS_ERRORS
 
-# KEYS[1] bucket; ARGV rate, burst, cost, the asking process's clock. All of the cost is taken or
-# none: a refused batch costs nothing. The bucket is one string, "tokens time", written with its
-# TTL in one SET: three commands a request (EVALSHA, GET, SET), counted by Redis for every request
-# a tenant makes (a hash and its EXPIRE took five; Redis's TIME on every request, one more). The
-# time is the caller's, and Redis's (TIME) only when the caller's is earlier than the bucket's (a
-# replica whose clock lags, or two requests of one host that reached Redis out of order), and
-# never earlier than the bucket's: the bucket refills with the latest clock that asked, so a
-# replica whose clock leads the others by S seconds gives a tenant S times its rate once, and no
-# clock makes it refill faster than its rate over time. Replicas under NTP are milliseconds apart.
+# KEYS[1] bucket; ARGV rate, burst, cost. Uses the server's clock, so replicas agree. All of the
+# cost is taken or none: a refused batch costs nothing. The bucket is one string, "tokens time",
+# written with its TTL in one SET: four commands a request (EVAL, TIME, GET, SET), counted by
+# Redis for every request a tenant makes (a hash and its EXPIRE took five).
 _TOKEN_BUCKET = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local held, at = string.match(redis.call('GET', KEYS[1]) or '', '^(%S+) (%S+)$')
 local tokens = tonumber(held) or burst
-local now = tonumber(ARGV[4])
 local ts = tonumber(at) or now
-if now < ts then
-  local t = redis.call('TIME')
-  now = math.max(ts, tonumber(t[1]) + tonumber(t[2]) / 1000000)
-end
-tokens = math.min(burst, tokens + (now - ts) * rate)
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
 local wait = 0
 local allowed = 0
 if tokens >= cost then
@@ -85,8 +77,7 @@ class RateLimiter:
             return self._local.take(name, rate, burst, cost)
         if self._script is not None:
             try:
-                allowed, wait = await self._script(keys=[f"sg:tokens:{name}"],
-                                                   args=[rate, burst, cost, repr(time.time())])
+                allowed, wait = await self._script(keys=[f"sg:tokens:{name}"], args=[rate, burst, cost])
                 return 0.0 if int(allowed) else float(wait)
             except REDIS_ERRORS:
                 pass  # degrade to this replica's own bucket rather than refuse every request

@@ -39,7 +39,7 @@ from typing import Any
 from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from rq.utils import current_timestamp, now
+from rq.utils import now
 from rq.worker import WorkerStatus
 
 from app.graders.kinds import queue_names
@@ -58,6 +58,7 @@ QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 _BEAT_MARGIN_SECONDS = 10.0
 _NO_DEADLINE_LEASE_SECONDS = 24 * 3600  # a job without a deadline (RQ's -1): its lease's key lives a day
 FULL_MAINTENANCE_SECONDS = 60
+CLOCK_SYNC_SECONDS = 300  # how often a lane measures Redis's clock against its host's (one TIME)
 
 
 class GradingWorker(LeanBookkeeping):
@@ -73,6 +74,7 @@ class GradingWorker(LeanBookkeeping):
     _last_presence = 0.0
     _listed_at = float("-inf")  # monotonic time this lane last put its name on the list of workers
     _full_pass_asked_at = float("-inf")  # monotonic time this lane last asked for RQ's whole maintenance pass
+    _clock_synced_at = float("-inf")  # monotonic time this lane last measured Redis's clock (_sync_clock)
 
     @property
     def should_run_maintenance_tasks(self) -> bool:
@@ -103,13 +105,19 @@ class GradingWorker(LeanBookkeeping):
         if clock - self._full_pass_asked_at >= FULL_MAINTENANCE_SECONDS:
             self._full_pass_asked_at = clock
             if self.connection.set(keys.FULL_MAINTENANCE, self.name, nx=True, ex=FULL_MAINTENANCE_SECONDS):
-                super().run_maintenance_tasks()
+                if self._clock_agrees():
+                    super().run_maintenance_tasks()
+                else:  # RQ's pass cleans the StartedJobRegistry by this host's clock: a lane whose clock is
+                    # off by the grace would take live lanes' jobs for abandoned. Another lane's turn.
+                    log.warning("%s: skipping RQ's maintenance pass: this host's clock is %.1f s off Redis's",
+                                self.name, -self._clock_offset)
+                    self.connection.delete(keys.FULL_MAINTENANCE)
         self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
 
     def _requeue_abandoned(self) -> None:
         """RQ's abandoned-job handling (StartedJobRegistry.cleanup) for the queues that hold an
         expired execution: one look per queue, RQ's cleanup only where something expired."""
-        cutoff = current_timestamp()
+        cutoff = self._registry_now()  # Redis's time, as the entries' scores (app.jobs.rq_bookkeeping)
         for queue in self.queues:
             registry = queue.started_job_registry
             if self.connection.zrangebyscore(registry.key, 0, cutoff, start=0, num=1):
@@ -124,11 +132,30 @@ class GradingWorker(LeanBookkeeping):
             self.connection.delete(self.key)
         super().register_birth()
         self._key_lives_until = 0.0  # (again after an outage) the next beat goes out
+        self._sync_clock()
         record_sandbox_tier(self.connection, self.key, self.sandbox_tier)  # for the status page
         # Read (or store first) the deployment's case secret now, not at the first job: a worker
         # that holds it puts it back if Redis loses it (app.jobs.case_secret).
         with contextlib.suppress(*REDIS_ERRORS):
             with_deployment_secret(get_settings(), self.connection)
+
+    def _sync_clock(self) -> None:
+        """Measure Redis's clock against this host's (one TIME): the StartedJobRegistry's scores are
+        written and compared in Redis's time, so a lane whose host clock is off neither looks dead
+        to the others nor takes their live jobs for abandoned (app.jobs.rq_bookkeeping). Again
+        every CLOCK_SYNC_SECONDS, for a clock that drifts or is stepped."""
+        sent = time.time()
+        seconds, micros = self.connection.time()
+        received = time.time()
+        self._clock_offset = seconds + micros / 1_000_000 - (sent + received) / 2
+        self._clock_synced_at = time.monotonic()
+        if not self._clock_agrees():
+            log.warning("%s: this host's clock is %.1f s off Redis's (the lanes' scores use Redis's; RQ's own "
+                        "maintenance pass is left to other lanes)", self.name, -self._clock_offset)
+
+    def _clock_agrees(self) -> bool:
+        """This host's clock is within half the grace of Redis's (RQ's own pass may run here)."""
+        return abs(self._clock_offset) <= self.heartbeat_grace / 2
 
     def register_death(self) -> None:
         # RQ's teardown calls this before it leaves the command channel. A Redis error raised
@@ -156,6 +183,8 @@ class GradingWorker(LeanBookkeeping):
         # beat never shortens the key's life: RQ's beats set the TTL, they do not add to it.
         if self._worker_beat_due(self.dequeue_timeout):
             self._beat_worker_key(timeout, pipeline)
+        if time.monotonic() - self._clock_synced_at >= CLOCK_SYNC_SECONDS:
+            self._sync_clock()
         # not on RQ's pipeline (only its suspension check passes one): the reply says whether the
         # record was missing, and RQ executes its pipeline where this lane does not see it
         self._publish_presence()
@@ -181,6 +210,7 @@ class GradingWorker(LeanBookkeeping):
             return False
         self._last_presence = clock
         record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
+                                                      "clock_offset": round(self._clock_offset, 3),
                                                       **worker_health.fields(sandbox_health.pid_usage())})
         replaced = presence.publish(pipeline if pipeline is not None else self.connection, self.name, record,
                                     self.presence_ttl)
@@ -250,10 +280,11 @@ class GradingWorker(LeanBookkeeping):
         worker_ttl = self.job_monitoring_interval + 60  # as RQ's maintain_heartbeats gives the worker's key
         with self.connection.pipeline(transaction=False) as pipeline:
             # RQ's add_execution, with CH: the reply says whether the entry was still there (its
-            # score, a float, changes with every beat; RQ's own are whole seconds, and its cleanup
-            # reads either alike)
+            # score, a float in Redis's time, changes with every beat; RQ's own are whole seconds
+            # of the host's clock, and its cleanup reads either alike)
             pipeline.zadd(job.started_job_registry.key,
-                          {execution.composite_key: time.time() + self.get_heartbeat_ttl(job)}, xx=True, ch=True)
+                          {execution.composite_key: self._registry_now() + self.get_heartbeat_ttl(job)}, xx=True,
+                          ch=True)
             if worker_beat:
                 self._beat_worker_key(worker_ttl, pipeline)
             published = self._publish_presence(pipeline)

@@ -4,9 +4,9 @@ An attempt of a job takes the job's lease before grading: a key holding the atte
 A lane's attempt (worker.grading_worker) uses as its token its execution's entry in the queue's
 StartedJobRegistry (RQ's ``job_id:execution_id``), the entry the lane's heartbeat keeps ahead of
 the clock and RQ's abandoned-job handling reads. So the lease needs no renewal of its own: it is
-held while that entry is alive (there, with a score ahead of Redis's clock), and a worker that is
-starved, stopped or cut off long enough lets the entry lapse, RQ re-queues the job, and the next
-attempt takes the lease over. A beat is one command (the entry's ZADD), where a lease renewed
+held while that entry is there, and a worker that is starved, stopped or cut off long enough lets
+the entry lapse, RQ's cleanup re-queues the job and removes the entry, and the next attempt takes
+the lease over. A beat is one command (the entry's ZADD), where a lease renewed
 beside it took three more (a script comparing the token before its PEXPIRE). Any other token
 (grade_job run by a worker without the heartbeat) is held until its key's TTL lapses, as before.
 Taking and publishing are one Lua script each, so no check and write can interleave with another
@@ -35,16 +35,17 @@ from app.jobs import keys
 from app.jobs.grade_log import TOTALS_KEY, GradeCount
 
 # Whether the lease's holder (a token other than the caller's) still holds it: a token that names
-# an execution of this job (ARGV[4] is the job id) holds it while that execution's entry in the
-# StartedJobRegistry (KEYS[6] of publish, KEYS[4] of take: passed as the local `registry`) has a
-# score ahead of Redis's clock; any other token while its key lives.
+# an execution of this job (ARGV[4] is the job id; RQ refuses a ':' in job ids) holds it while
+# that execution's entry is in the StartedJobRegistry (KEYS[6] of publish, KEYS[4] of take: passed
+# as `registry`); any other token while its key lives. The entry's score is not compared with a
+# clock here: it is the beating lane's clock, and RQ's cleanup, which compares it with the
+# cleaning lane's clock and removes the entry as it re-queues the job, decides when a lane is
+# dead. A comparison with Redis's clock would make a live lane look dead wherever the workers'
+# clocks lag Redis's by more than the grace (and cost a TIME).
 _ALIVE = """
 local function alive(holder, registry)
   if string.sub(holder, 1, #ARGV[4] + 1) ~= ARGV[4] .. ':' then return true end
-  local score = redis.call('ZSCORE', registry, holder)
-  if not score then return false end
-  local t = redis.call('TIME')
-  return tonumber(score) > tonumber(t[1]) + tonumber(t[2]) / 1000000
+  return redis.call('ZSCORE', registry, holder) ~= false
 end
 """
 # KEYS: result, lease, attempts, registry. ARGV: token, lease ms, ttl s, job id.

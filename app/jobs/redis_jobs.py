@@ -61,6 +61,9 @@ QUEUED_RECORD_TTL = 7 * 24 * 3600
 # How many job ids one API process remembers having handed out (id -> tenant, ~200 bytes each),
 # to tell a job Redis lost from one that never existed.
 ISSUED_MEMORY = 100_000
+# Waiters registered by enqueue that no wait took yet: the service waits right after it queues,
+# so this bounds only what a caller that does not could leave.
+EXPECTED_MEMORY = 10_000
 # How long one retry holds the right to re-queue a claimed job that was never queued.
 REQUEUE_HOLD_SECONDS = 60
 _NOT_OWNED = object()  # view()'s first read: the job is not this tenant's (or Redis has no owner for it)
@@ -139,6 +142,9 @@ class RedisJobs:
         self._sync = sync_connection(settings.redis_url)
         self._queues: dict[str, Queue] = {}
         self._lean = LeanEnqueue()
+        # job id -> (tenant, waiter) of a job this process is queueing, registered for its result's
+        # announcement before the job is queued (enqueue), taken by the request's wait (view)
+        self._expected: dict[str, tuple[str, Any]] = {}
         self.notices = ResultNotices(self.async_redis)
         self.issued = IssuedJobs()
         self._renewed: dict[str, float] = {}  # tenant -> when this process last renewed its set's TTL
@@ -188,15 +194,29 @@ class RedisJobs:
         return bool(await self.async_redis.set(keys.requeue(job_id), "1", ex=REQUEUE_HOLD_SECONDS, nx=True))
 
     async def enqueue(self, tenant: str, job_id: str, work: QueuedGrading, max_in_flight: int | None = None) -> None:
+        """Queue the job. Its result's announcement is awaited from before it is queued (one read
+        fewer for the request's wait that follows: view)."""
         payload = work.payload()
         try:
             if max_in_flight is not None:
                 await self.reserve(tenant, [job_id], max_in_flight)
+            if self.settings.queue.result_wait == "notify" and (waiter := await self.notices.expect(job_id)):
+                self._expected[job_id] = (tenant, waiter)
+                if len(self._expected) > EXPECTED_MEMORY:  # a caller that queued without waiting
+                    self._unexpect(next(iter(self._expected)))
             await anyio.to_thread.run_sync(lambda: self._enqueue(work.queue, job_id, payload, tenant))
-        except REDIS_ERRORS:
+        except BaseException as exc:
+            self._unexpect(job_id)
+            if not isinstance(exc, REDIS_ERRORS):
+                raise
             # the claim must not outlive a job that was never queued, or a retry would wait forever
             await self._forget(tenant, job_id)
             raise QueueUnavailable("Redis is unreachable") from None
+
+    def _unexpect(self, job_id: str) -> None:
+        expected = self._expected.pop(job_id, None)
+        if expected is not None:
+            self.notices.forget(job_id, expected[1])
 
     def _enqueue(self, queue: str, job_id: str, payload: dict[str, Any], tenant: str) -> None:
         """RQ's enqueue in two commands (app.jobs.rq_enqueue: the job's record and the push). Not
@@ -254,11 +274,13 @@ class RedisJobs:
         raw = await self.async_redis.get(keys.result(job_id))
         return raw if raw is None else bytes(raw if isinstance(raw, bytes) else raw.encode())
 
-    async def _wait_for_result(self, job_id: str, wait: float, first: Callable[[], Any]) -> Any:
+    async def _wait_for_result(self, job_id: str, wait: float, first: Callable[[], Any], expected: Any = None) -> Any:
         """The stored result once there is one (None after `wait` seconds), or whatever not None
-        ``first`` (the first read) returns."""
+        ``first`` (the first read) returns. ``expected``: the waiter enqueue registered (no first
+        read: result_notices)."""
         if self.settings.queue.result_wait == "notify":
-            return await self.notices.wait_for(job_id, lambda: self._stored(job_id), wait, first=first)
+            return await self.notices.wait_for(job_id, lambda: self._stored(job_id), wait, first=first,
+                                               expected=expected)
         found: dict[str, Any] = {}
         reads = [first]
 
@@ -281,8 +303,16 @@ class RedisJobs:
                 return _NOT_OWNED
             return raw if raw is None else bytes(raw if isinstance(raw, bytes) else raw.encode())
 
+        # the wait of the request that queued the job (this process, this tenant): its owner is
+        # known and its result announced to a waiter registered before it was queued
+        expected = self._expected.pop(job_id, None)
+        waiter = None
+        if expected is not None and expected[0] == tenant:
+            waiter = expected[1]  # (wait_for forgets it when done)
+        elif expected is not None:
+            self.notices.forget(job_id, expected[1])
         try:
-            raw = await self._wait_for_result(job_id, wait, owned_result)
+            raw = await self._wait_for_result(job_id, wait, owned_result, waiter)
             if raw is _NOT_OWNED:
                 if owners[0] is None and self.issued.owner(job_id) == tenant:
                     return await self._lost(job_id)

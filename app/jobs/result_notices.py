@@ -49,17 +49,46 @@ class ResultNotices:
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
 
+    async def expect(self, job_id: str) -> _Waiter | None:
+        """A waiter for a job that is not queued yet, registered while the subscription is up: its
+        result cannot be written before the job is queued, and from now on it is announced to this
+        waiter, so its wait (``wait_for(..., expected=)``) needs no first read. None while the
+        subscription is down (that wait reads first, as any other). The caller hands it to
+        wait_for, or to ``forget`` if it will not wait."""
+        await self._ensure_listening()
+        if not self._subscribed.is_set():
+            return None
+        waiter = _Waiter()
+        self._waiters.setdefault(job_id, set()).add(waiter)
+        return waiter
+
+    def forget(self, job_id: str, waiter: _Waiter) -> None:
+        waiting = self._waiters.get(job_id)
+        if waiting is not None:
+            waiting.discard(waiter)
+            if not waiting:
+                del self._waiters[job_id]
+
     async def wait_for(self, job_id: str, read: Callable[[], Awaitable[Any]], wait: float,
-                       first: Callable[[], Awaitable[Any]] | None = None) -> Any:
+                       first: Callable[[], Awaitable[Any]] | None = None, expected: _Waiter | None = None) -> Any:
         """read() (the stored result, or None) once it is not None, or None after `wait` seconds.
         ``first``, if given, is the first read instead of read() (a caller that reads more with it:
-        whatever it returns that is not None is returned at once)."""
+        whatever it returns that is not None is returned at once). ``expected``: the waiter
+        ``expect`` registered before the job was queued: no first read (unless it was woken
+        without a result already: the subscription went down or came back since)."""
         deadline = time.monotonic() + wait
-        waiter = _Waiter()
+        waiter = expected or _Waiter()
         self._waiters.setdefault(job_id, set()).add(waiter)  # before the first read: no announcement is missed
         try:
-            await self._ensure_listening()
-            found = await (first or read)()
+            if expected is not None and not expected.event.is_set():
+                found = None  # nothing announced yet, and nothing was written before the job was queued
+            elif expected is not None and expected.result is not None:
+                expected.event.clear()
+                found = expected.result  # announced already
+            else:  # (an expected waiter woken without a result: the subscription went down or came back)
+                waiter.event.clear()
+                await self._ensure_listening()
+                found = await (first or read)()
             while True:
                 remaining = deadline - time.monotonic()
                 if found is not None or remaining <= 0:
@@ -72,11 +101,7 @@ class ResultNotices:
                 # the announced result, else (the subscription came back, or went down) a read
                 found = waiter.result if waiter.result is not None else await read()
         finally:
-            waiting = self._waiters.get(job_id)
-            if waiting is not None:
-                waiting.discard(waiter)
-                if not waiting:
-                    del self._waiters[job_id]
+            self.forget(job_id, waiter)
 
     async def _ensure_listening(self) -> None:
         if self._task is None or self._task.done():

@@ -11,7 +11,8 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
 
 * ``prepare_execution``: the execution's entry in the queue's ``StartedJobRegistry`` (the record
   RQ's abandoned-job handling reads; its TTL is the heartbeat's, renewed by every beat:
-  worker.grading_worker) and the job's ``started`` record (status, started_at, worker_name,
+  worker.grading_worker; written as RQ's ``add_execution`` writes it, with the score in Redis's
+  time as the lane measured it, not the host's) and the job's ``started`` record (status, started_at, worker_name,
   last_heartbeat: ``Job.prepare_for_execution``), as RQ writes them, in one pipeline without
   MULTI/EXEC: 2 commands. Not the worker's ``busy`` state, nor its ``idle`` state after the job
   (an HSET each; kept in memory: ``set_state``): the StartedJobRegistry says which worker is
@@ -99,11 +100,21 @@ class LeanBookkeeping(PromptUnsubscribe, SimpleWorker):
     """A SimpleWorker that writes only the bookkeeping RQ's guarantees need (module docstring)."""
 
     _suspension_checked_at = float("-inf")
+    # Redis's clock less this process's (seconds), as last measured: 0 until a subclass measures it
+    # (worker.grading_worker). The StartedJobRegistry's scores are written and compared in Redis's
+    # time, so that lanes on hosts whose clocks disagree read each other's entries alike.
+    _clock_offset = 0.0
+
+    def _registry_now(self) -> float:
+        """Now, in Redis's time as last measured: the clock of the StartedJobRegistry's scores."""
+        return time.time() + self._clock_offset
 
     def prepare_execution(self, job: Job) -> Execution:
         execution = Execution(id=uuid4().hex, job_id=job.id, connection=self.connection, worker_name=self.name)
         with self.connection.pipeline(transaction=False) as pipeline:
-            job.started_job_registry.add_execution(execution, pipeline=pipeline, ttl=self.get_heartbeat_ttl(job))
+            # RQ's add_execution (the entry, scored now + TTL), in Redis's time (_registry_now)
+            pipeline.zadd(job.started_job_registry.key,
+                          {execution.composite_key: self._registry_now() + self.get_heartbeat_ttl(job)})
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipeline)  # in memory (set_state)
             # the job's started record in the same round trip as its StartedJobRegistry entry

@@ -456,7 +456,8 @@ def test_a_beat_past_the_entry_s_ttl_before_rq_looked_keeps_the_job(redis_server
 def test_an_attempt_of_a_job_rq_holds_twice_waits_while_the_other_lives_and_takes_over_once_it_died(
         redis_server) -> None:
     # a job RQ holds twice (app.jobs.redis_jobs): two lanes start it; the second waits while the
-    # first beats, and takes the lease over when the first's entry lapses (that lane died)
+    # first beats, and takes the lease over once RQ's cleanup took the first's lapsed entry (that
+    # lane died) for abandoned
     connection = redis_server.client()
     queue = Queue("contract", connection=connection, serializer=JSONSerializer)
     for _ in range(2):
@@ -467,9 +468,10 @@ def test_an_attempt_of_a_job_rq_holds_twice_waits_while_the_other_lives_and_take
     count = grade_count("exam", "numeric", "correct", tenant="t")
     first._beat_once(job, execution, lease)
     assert second.take(60) == -1
-    deadline = time.monotonic() + 10  # the first lane died: its entry lapses
+    deadline = time.monotonic() + 10  # the first lane died: its entry lapses, and RQ's look finds it
     while second.take(60) == -1 and time.monotonic() < deadline:
         second_lane._beat_once(second_job, second_execution, second)
+        _worker(connection, "looks").clean_registries()
         time.sleep(0.2)
     assert second.taken and connection.get(keys.lease(job.id)).decode() == second.token
     assert lease.publish('{"reward": 0.0}', "t", 60, count) == -1  # the dead one comes back: fenced
