@@ -36,8 +36,9 @@ import threading
 import time
 from typing import Any
 
-from rq import Queue
+from rq import Queue, worker_registration
 from rq.job import Job
+from rq.registry import RateLimitRegistry
 from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import WorkerStatus
@@ -59,6 +60,7 @@ _BEAT_MARGIN_SECONDS = 10.0
 _NO_DEADLINE_LEASE_SECONDS = 24 * 3600  # a job without a deadline (RQ's -1): its lease's key lives a day
 FULL_MAINTENANCE_SECONDS = 60
 CLOCK_SYNC_SECONDS = 300  # how often a lane measures Redis's clock against its host's (one TIME)
+CLOCK_SYNC_MAX_ROUND_TRIP = 0.2  # a reading whose round trip took longer is not trusted over an earlier one
 
 
 class GradingWorker(LeanBookkeeping):
@@ -105,13 +107,29 @@ class GradingWorker(LeanBookkeeping):
         if clock - self._full_pass_asked_at >= FULL_MAINTENANCE_SECONDS:
             self._full_pass_asked_at = clock
             if self.connection.set(keys.FULL_MAINTENANCE, self.name, nx=True, ex=FULL_MAINTENANCE_SECONDS):
-                if self._clock_agrees():
-                    super().run_maintenance_tasks()
-                else:  # RQ's pass cleans the StartedJobRegistry by this host's clock: a lane whose clock is
-                    # off by the grace would take live lanes' jobs for abandoned. Another lane's turn.
-                    log.warning("%s: skipping RQ's maintenance pass: this host's clock is %.1f s off Redis's",
-                                self.name, -self._clock_offset)
-                    self.connection.delete(keys.FULL_MAINTENANCE)
+                super().run_maintenance_tasks()  # (its registries' cleanup: clean_registries below)
+        self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
+
+    def clean_registries(self) -> None:
+        # RQ's own (BaseWorker.clean_registries, and rq.registry.clean_registries for each queue),
+        # with one change: the StartedJobRegistry is cleaned in Redis's time, as its entries are
+        # scored (app.jobs.rq_bookkeeping), not by this host's clock, which may be off Redis's: a
+        # lane whose clock leads would take live lanes' jobs for abandoned, and one skipping the
+        # pass instead left it undone wherever every host's clock was off Redis's.
+        # (tests/jobs/test_rq_contract.py checks that RQ's cleans no registry this does not.)
+        for queue in self.queues:
+            if queue.acquire_maintenance_lock():
+                self.log.info("Worker %s: cleaning registries for queue: %s", self.name, queue.name)
+                queue.finished_job_registry.cleanup()
+                queue.started_job_registry.cleanup(self._registry_now(), exception_handlers=self._exc_handlers)
+                queue.failed_job_registry.cleanup()
+                queue.deferred_job_registry.cleanup()
+                queue.ready_job_registry.cleanup()
+                for rate_limit_registry in RateLimitRegistry.all(queue.connection):
+                    rate_limit_registry.cleanup()
+                worker_registration.clean_worker_registry(queue)
+                queue.intermediate_queue.cleanup(self, queue)
+                queue.release_maintenance_lock()
         self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
 
     def _requeue_abandoned(self) -> None:
@@ -144,18 +162,30 @@ class GradingWorker(LeanBookkeeping):
         written and compared in Redis's time, so a lane whose host clock is off neither looks dead
         to the others nor takes their live jobs for abandoned (app.jobs.rq_bookkeeping). Again
         every CLOCK_SYNC_SECONDS, for a clock that drifts or is stepped."""
-        sent = time.time()
+        sent = time.monotonic()
         seconds, micros = self.connection.time()
-        received = time.time()
-        self._clock_offset = seconds + micros / 1_000_000 - (sent + received) / 2
-        self._clock_synced_at = time.monotonic()
+        received = time.monotonic()
+        if received - sent > CLOCK_SYNC_MAX_ROUND_TRIP and self._registry_base is not None:
+            # Redis answered late (busy, or the network): the reading may be off by half the round
+            # trip. The last good one stands; another is taken at the next chance a minute on.
+            self._clock_synced_at = received - CLOCK_SYNC_SECONDS + 60
+            return
+        self._registry_base = seconds + micros / 1_000_000 - (sent + received) / 2
+        # a late first reading is used (better than the host's clock) and taken again soon
+        late = received - sent > CLOCK_SYNC_MAX_ROUND_TRIP
+        self._clock_synced_at = received - (CLOCK_SYNC_SECONDS - 60 if late else 0)
         if not self._clock_agrees():
-            log.warning("%s: this host's clock is %.1f s off Redis's (the lanes' scores use Redis's; RQ's own "
-                        "maintenance pass is left to other lanes)", self.name, -self._clock_offset)
+            log.warning("%s: this host's clock is %.1f s off Redis's (the lanes' scores use Redis's clock; RQ's "
+                        "own tools, which use the host's, misjudge them)", self.name, -self._clock_offset())
+
+    def _clock_offset(self) -> float:
+        """Redis's clock less this host's wall clock, now (as of the last measurement of Redis's)."""
+        return self._registry_now() - time.time()
 
     def _clock_agrees(self) -> bool:
-        """This host's clock is within half the grace of Redis's (RQ's own pass may run here)."""
-        return abs(self._clock_offset) <= self.heartbeat_grace / 2
+        """This host's wall clock is within half the grace of Redis's now (else logged, and shown
+        in the presence record: RQ's own tools, which use the host's clock, misjudge its lanes)."""
+        return abs(self._clock_offset()) <= self.heartbeat_grace / 2
 
     def register_death(self) -> None:
         # RQ's teardown calls this before it leaves the command channel. A Redis error raised
@@ -210,7 +240,7 @@ class GradingWorker(LeanBookkeeping):
             return False
         self._last_presence = clock
         record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
-                                                      "clock_offset": round(self._clock_offset, 3),
+                                                      "clock_offset": round(self._clock_offset(), 3),
                                                       **worker_health.fields(sandbox_health.pid_usage())})
         replaced = presence.publish(pipeline if pipeline is not None else self.connection, self.name, record,
                                     self.presence_ttl)

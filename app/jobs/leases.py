@@ -48,14 +48,21 @@ local function alive(holder, registry)
   return redis.call('ZSCORE', registry, holder) ~= false
 end
 """
-# KEYS: result, lease, attempts, registry. ARGV: token, lease ms, ttl s, job id.
+# KEYS: result, lease, attempts, registry. ARGV: token, lease ms, ttl s, job id, results channel.
 # -> 0: a result exists; -1: another live attempt holds the lease; n >= 1: taken, this is attempt n.
+# A result that exists is announced again: an attempt of a job whose result exists is a job RQ
+# held twice (app.jobs.redis_jobs), and the request that queued it the second time waits for an
+# announcement without reading first (app.jobs.result_notices.expect).
 # (SET NX GET checks and takes the lease in one command; a dead holder's lease is taken over; the
 # attempts counter is made with its TTL by one SET NX, the first attempt of every job, and counted
 # on by INCR after that. A take repeated by the attempt that holds the lease, after a reply lost
 # to a Redis error, is not counted again.)
 _TAKE = _ALIVE + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local written = redis.call('GET', KEYS[1])
+if written then
+  redis.call('PUBLISH', ARGV[5], ARGV[4] .. '\\n' .. written)
+  return 0
+end
 local holder = redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2], 'NX', 'GET')
 if holder and holder ~= ARGV[1] then
   if alive(holder, KEYS[4]) then return -1 end
@@ -140,7 +147,7 @@ class Lease:
     def take(self, result_ttl: int) -> int:
         outcome = int(self.connection.eval(_TAKE, 4, keys.result(self.job_id), keys.lease(self.job_id),
                                            keys.attempts(self.job_id), self._registry_key(), self.token,
-                                           self.ttl_ms, result_ttl, self.job_id))
+                                           self.ttl_ms, result_ttl, self.job_id, keys.RESULTS_CHANNEL))
         if outcome >= 1:
             self.taken, self.lost = True, False
         return outcome

@@ -18,6 +18,8 @@ Two ways Redis can lose what a client was told, and what this module does about 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -64,6 +66,10 @@ ISSUED_MEMORY = 100_000
 # Waiters registered by enqueue that no wait took yet: the service waits right after it queues,
 # so this bounds only what a caller that does not could leave.
 EXPECTED_MEMORY = 10_000
+# The waiter the current request registered as it queued its job (enqueue): a ticket into
+# RedisJobs._expected, seen only by the same request (its asyncio task), so no other request of
+# the id (the tenant's GET, a retry racing it) can take it.
+_EXPECTING: contextvars.ContextVar[int | None] = contextvars.ContextVar("expecting", default=None)
 # How long one retry holds the right to re-queue a claimed job that was never queued.
 REQUEUE_HOLD_SECONDS = 60
 _NOT_OWNED = object()  # view()'s first read: the job is not this tenant's (or Redis has no owner for it)
@@ -142,9 +148,11 @@ class RedisJobs:
         self._sync = sync_connection(settings.redis_url)
         self._queues: dict[str, Queue] = {}
         self._lean = LeanEnqueue()
-        # job id -> (tenant, waiter) of a job this process is queueing, registered for its result's
-        # announcement before the job is queued (enqueue), taken by the request's wait (view)
-        self._expected: dict[str, tuple[str, Any]] = {}
+        # ticket -> (job id, tenant, waiter) of a job a request of this process is queueing,
+        # registered for its result's announcement before the job is queued (enqueue), taken by
+        # the same request's wait (view)
+        self._expected: dict[int, tuple[str, str, Any]] = {}
+        self._tickets = itertools.count()
         self.notices = ResultNotices(self.async_redis)
         self.issued = IssuedJobs()
         self._renewed: dict[str, float] = {}  # tenant -> when this process last renewed its set's TTL
@@ -200,23 +208,41 @@ class RedisJobs:
         try:
             if max_in_flight is not None:
                 await self.reserve(tenant, [job_id], max_in_flight)
+            self._unexpect(_EXPECTING.get())  # one this request queued and did not wait for
             if self.settings.queue.result_wait == "notify" and (waiter := await self.notices.expect(job_id)):
-                self._expected[job_id] = (tenant, waiter)
-                if len(self._expected) > EXPECTED_MEMORY:  # a caller that queued without waiting
+                ticket = next(self._tickets)
+                self._expected[ticket] = (job_id, tenant, waiter)
+                _EXPECTING.set(ticket)
+                if len(self._expected) > EXPECTED_MEMORY:  # callers that queued without waiting
                     self._unexpect(next(iter(self._expected)))
             await anyio.to_thread.run_sync(lambda: self._enqueue(work.queue, job_id, payload, tenant))
         except BaseException as exc:
-            self._unexpect(job_id)
+            self._unexpect(_EXPECTING.get())
             if not isinstance(exc, REDIS_ERRORS):
                 raise
             # the claim must not outlive a job that was never queued, or a retry would wait forever
             await self._forget(tenant, job_id)
             raise QueueUnavailable("Redis is unreachable") from None
 
-    def _unexpect(self, job_id: str) -> None:
-        expected = self._expected.pop(job_id, None)
+    def _unexpect(self, ticket: int | None) -> None:
+        if ticket is None:
+            return
+        if _EXPECTING.get() == ticket:
+            _EXPECTING.set(None)
+        expected = self._expected.pop(ticket, None)
         if expected is not None:
-            self.notices.forget(job_id, expected[1])
+            self.notices.forget(expected[0], expected[2])
+
+    def _expected_by_this_request(self, tenant: str, job_id: str) -> Any:
+        """The waiter this request registered as it queued ``job_id`` for ``tenant`` (None if it
+        did not), taken: its wait forgets it when done."""
+        ticket = _EXPECTING.get()
+        expected = self._expected.get(ticket) if ticket is not None else None
+        if expected is None or expected[:2] != (job_id, tenant):
+            return None
+        _EXPECTING.set(None)
+        del self._expected[ticket]  # type: ignore[arg-type]
+        return expected[2]
 
     def _enqueue(self, queue: str, job_id: str, payload: dict[str, Any], tenant: str) -> None:
         """RQ's enqueue in two commands (app.jobs.rq_enqueue: the job's record and the push). Not
@@ -305,12 +331,7 @@ class RedisJobs:
 
         # the wait of the request that queued the job (this process, this tenant): its owner is
         # known and its result announced to a waiter registered before it was queued
-        expected = self._expected.pop(job_id, None)
-        waiter = None
-        if expected is not None and expected[0] == tenant:
-            waiter = expected[1]  # (wait_for forgets it when done)
-        elif expected is not None:
-            self.notices.forget(job_id, expected[1])
+        waiter = self._expected_by_this_request(tenant, job_id)
         try:
             raw = await self._wait_for_result(job_id, wait, owned_result, waiter)
             if raw is _NOT_OWNED:

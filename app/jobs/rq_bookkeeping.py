@@ -100,14 +100,18 @@ class LeanBookkeeping(PromptUnsubscribe, SimpleWorker):
     """A SimpleWorker that writes only the bookkeeping RQ's guarantees need (module docstring)."""
 
     _suspension_checked_at = float("-inf")
-    # Redis's clock less this process's (seconds), as last measured: 0 until a subclass measures it
-    # (worker.grading_worker). The StartedJobRegistry's scores are written and compared in Redis's
-    # time, so that lanes on hosts whose clocks disagree read each other's entries alike.
-    _clock_offset = 0.0
+    # Redis's clock less this process's monotonic clock (seconds), as last measured; None until a
+    # subclass measures it (worker.grading_worker), and then the host's wall clock is used. The
+    # StartedJobRegistry's scores are written and compared in Redis's time, so that lanes on hosts
+    # whose clocks disagree read each other's entries alike; counted from the monotonic clock, so
+    # that a host clock stepped between two measurements does not move them.
+    _registry_base: float | None = None
 
     def _registry_now(self) -> float:
         """Now, in Redis's time as last measured: the clock of the StartedJobRegistry's scores."""
-        return time.time() + self._clock_offset
+        if self._registry_base is None:
+            return time.time()
+        return time.monotonic() + self._registry_base
 
     def prepare_execution(self, job: Job) -> Execution:
         execution = Execution(id=uuid4().hex, job_id=job.id, connection=self.connection, worker_name=self.name)

@@ -143,8 +143,8 @@ def test_a_busy_beating_lane_keeps_its_lease_when_another_lane_s_clock_leads(red
     # One lane's host clock leads the beating lane's by 30 s (hosts apart). Its maintenance (the
     # look for abandoned jobs every interval, and RQ's whole pass) must not take the beating
     # lane's entry for lapsed: the lanes write and compare the scores in Redis's clock, each
-    # measuring its host's offset from it, and a lane whose clock is off leaves RQ's own pass
-    # (which cleans by the host's clock) to the others. (Found with the first registry lease,
+    # measuring its host's offset from it, RQ's own pass included (its StartedJobRegistry is
+    # cleaned in Redis's time). (Found with the first registry lease,
     # which compared the entries with Redis's clock: RQ's cleanup from the leading host re-queued
     # the live job and the re-run took the lease.)
     connection = redis_server.client()
@@ -155,13 +155,36 @@ def test_a_busy_beating_lane_keeps_its_lease_when_another_lane_s_clock_leads(red
     monkeypatch.setattr(grading_worker, "time", _SkewedTime(lead))  # the leading host's lane from here on
     ahead = _worker(connection, "ahead", grading_worker.GradingWorker)
     ahead.register_birth()  # measures its host's clock against Redis's
-    assert abs(ahead._clock_offset + lead) < 1.0
+    assert abs(ahead._clock_offset() + lead) < 1.0
     connection.delete(keys.FULL_MAINTENANCE)
     ahead.run_maintenance_tasks()  # the look, and RQ's whole pass (its turn)
     assert job.get_status() == JobStatus.STARTED and queue.get_job_ids() == []  # not taken for abandoned
-    assert (connection.get(keys.FULL_MAINTENANCE) is None) == (lead > 0)  # off: RQ's pass left to others
+    assert connection.get(keys.FULL_MAINTENANCE) == b"ahead"  # RQ's whole pass ran, in Redis's time
     rerun = Lease(connection, job.id, new_token("rerun"), 60_000, registry=queue.started_job_registry.key)
     assert rerun.take(60) == -1, "a busy lane that beats lost its lease"
+
+
+def test_a_host_clock_stepped_after_the_lane_measured_redis_s_moves_nothing(redis_server, monkeypatch) -> None:
+    # The lane measured Redis's clock at its start; then its host's clock is stepped 30 s ahead (an
+    # NTP step, an operator). Its scores and its look for abandoned jobs count from the monotonic
+    # clock and do not move, and so does RQ's own pass, whose StartedJobRegistry the lanes clean
+    # in Redis's time too.
+    connection = redis_server.client()
+    queue = _queue(connection)
+    queue.enqueue(sleeps, 0, job_id="stepped", retry=Retry(max=2, enqueue_at_front=True))
+    live, job, execution, lease = _running(connection, queue, "live")
+    stepping = _worker(connection, "stepping", grading_worker.GradingWorker)
+    stepping.register_birth()
+    assert stepping._clock_agrees()
+    monkeypatch.setattr(grading_worker, "time", _SkewedTime(30.0))  # stepped after the measurement
+    assert not stepping._clock_agrees()
+    live._beat_once(job, execution, lease)
+    connection.delete(keys.FULL_MAINTENANCE)
+    stepping.run_maintenance_tasks()
+    assert job.get_status() == JobStatus.STARTED and queue.get_job_ids() == []
+    assert connection.get(keys.FULL_MAINTENANCE) == b"stepping"  # RQ's whole pass ran
+    score = connection.zscore(queue.started_job_registry.key, execution.composite_key)
+    assert abs(score - (time.time() + live.get_heartbeat_ttl(job))) < 2  # Redis's time (this host's, unstepped)
 
 
 # ---------------------------------------------------------------- 2. races with RQ's cleanup, flushes

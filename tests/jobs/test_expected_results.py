@@ -115,12 +115,15 @@ def test_another_tenant_s_view_of_the_id_is_not_served_from_the_waiter(redis_ser
             job_id = await _claimed_and_queued(jobs, "owner", "theirs")
             await asyncio.to_thread(_publish, redis_server, job_id)
             await asyncio.sleep(0.3)
-            return await jobs.view("intruder", job_id, 1), jobs.notices._waiters, jobs._expected
+            intruder = await jobs.view("intruder", job_id, 1)
+            owner = await jobs.view("owner", job_id, 1)  # the request that queued it
+            return intruder, owner, jobs.notices._waiters, jobs._expected
         finally:
             await jobs.close()
 
-    view, waiters, expected = asyncio.run(run())
-    assert view is None  # not the intruder's: as for any other job
+    intruder, owner, waiters, expected = asyncio.run(run())
+    assert intruder is None  # not the intruder's: as for any other job
+    assert owner.status == "finished"
     assert waiters == {} and expected == {}
 
 
@@ -131,9 +134,10 @@ def test_queueing_without_waiting_leaves_a_bounded_number_of_waiters(redis_serve
     async def run() -> tuple[int, int, str]:
         jobs = RedisJobs(Settings(redis_url=redis_server.url), print)
         try:
-            ids = [await _claimed_and_queued(jobs, "t", f"unwaited-{i}") for i in range(10)]
+            # ten requests, each in its own task, that queue a job and never wait for it
+            ids = [await asyncio.create_task(_claimed_and_queued(jobs, "t", f"unwaited-{i}")) for i in range(10)]
             left = sum(len(w) for w in jobs.notices._waiters.values())
-            # the newest is still waited for without a first read; the oldest, forgotten, with one
+            # a view of the oldest, whose waiter was forgotten, reads first
             await asyncio.to_thread(_publish, redis_server, ids[0])
             view = await jobs.view("t", ids[0], 5)
             return left, len(jobs._expected), view.status

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import threading
 import time
 import tomllib
@@ -93,6 +94,30 @@ def test_the_installed_rq_is_the_pinned_major_version() -> None:
 def test_the_worker_methods_the_lanes_call_or_override(method: str, parameters: list[str]) -> None:
     assert _parameters(getattr(SimpleWorker, method)) == parameters
     assert not method.startswith("_")
+
+
+def test_the_lanes_clean_every_registry_rq_s_own_pass_cleans() -> None:
+    # GradingWorker.clean_registries is RQ's, with the StartedJobRegistry cleaned in Redis's time:
+    # an RQ that cleans one more registry, or another step, must fail here
+    import rq.registry
+    import rq.worker.base
+
+    import worker.grading_worker
+
+    ours = inspect.getsource(worker.grading_worker.GradingWorker.clean_registries)
+    registries = {"FinishedJobRegistry": "finished_job_registry", "StartedJobRegistry": "started_job_registry",
+                  "FailedJobRegistry": "failed_job_registry", "DeferredJobRegistry": "deferred_job_registry",
+                  "ReadyJobRegistry": "ready_job_registry", "RateLimitRegistry": "RateLimitRegistry"}
+    theirs = inspect.getsource(rq.registry.clean_registries)
+    assert set(re.findall(r"\b(\w+Registry)\b", theirs)) == set(registries)
+    for name in registries.values():
+        assert name in ours, name
+    steps = ("acquire_maintenance_lock", "clean_registries(queue", "clean_worker_registry(queue)",
+             "intermediate_queue.cleanup(self, queue)", "release_maintenance_lock", "last_cleaned_at = now()")
+    rq_own = inspect.getsource(rq.worker.base.BaseWorker.clean_registries)
+    assert all(step in rq_own for step in steps)
+    assert len(re.findall(r"^\s+\S", rq_own, re.M)) <= 12  # nothing added to RQ's few lines
+    assert _parameters(StartedJobRegistry.cleanup) == ["self", "timestamp", "exception_handlers"]
 
 
 def test_the_command_thread_can_be_told_to_end_without_waiting_for_it() -> None:
