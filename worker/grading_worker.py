@@ -234,7 +234,8 @@ class GradingWorker(LeanBookkeeping):
         clock = time.monotonic()
         # due once the record would lapse within two of the lane's chances to publish (a busy
         # lane's beat, an idle one's dequeue timeout): one chance may be missed, and no record is
-        # sent sooner (with the default 20 s TTL: every 10 s, not every 6.7 s as at a third)
+        # sent sooner (with the default 30 s TTL: every 20 s; every 6.7 s with a 20 s TTL until
+        # 2026-12-04)
         chance = max(self.dequeue_timeout, self.job_monitoring_interval)
         if self.presence is None or self.presence_ttl - (clock - self._last_presence) > 2 * chance:
             return False
@@ -357,5 +358,10 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
         worker_ttl=15 + settings.queue.maintenance_interval,
     )
     worker.heartbeat_grace = settings.queue.heartbeat_grace
-    worker.presence_ttl = worker.dequeue_timeout + worker.job_monitoring_interval + settings.queue.heartbeat_grace
+    # A lane drops out of the listing (the status page, /readyz's live workers) this long after its
+    # last record: the grace past a missed chance to send one, and two chances more, so that the
+    # record is sent once every 20 s by default (_publish_presence), not every 10 s
+    chance = max(worker.dequeue_timeout, worker.job_monitoring_interval)
+    worker.presence_ttl = (worker.dequeue_timeout + worker.job_monitoring_interval + settings.queue.heartbeat_grace
+                           + 2 * chance)
     return worker

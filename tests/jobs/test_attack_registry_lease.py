@@ -61,6 +61,15 @@ def _totals(connection: Any) -> int:
     return sum(int(v) for v in connection.hgetall(TOTALS_KEY).values())
 
 
+def _only_the_holder_writes(connection: Any, holder: Lease, fenced: Lease, late: Lease) -> None:
+    """``fenced`` writes nothing while ``holder`` lives, ``holder`` writes the result, ``late``
+    (after it) finds it written; the grade is counted once."""
+    assert fenced.publish('{"reward": 0.0}', "t", 60, COUNT) == -1
+    assert holder.publish('{"reward": 1.0}', "t", 60, COUNT) == 1
+    assert late.publish('{"reward": 0.0}', "t", 60, COUNT) == 0
+    assert _totals(connection) == 1
+
+
 # ---------------------------------------------------------------- 1. clocks: Redis's vs the workers'
 
 
@@ -237,10 +246,7 @@ def test_a_redis_flush_mid_job_leaves_one_write_and_one_count(redis_server) -> N
     lease_b = b._job_lease(job_b, execution_b)
     assert lease_b.take(60) >= 1
     b._beat_once(job_b, execution_b, lease_b)
-    assert lease_a.publish('{"reward": 0.0}', "t", 60, COUNT) == -1
-    assert lease_b.publish('{"reward": 1.0}', "t", 60, COUNT) == 1
-    assert lease_a.publish('{"reward": 0.0}', "t", 60, COUNT) == 0
-    assert _totals(connection) == 1
+    _only_the_holder_writes(connection, holder=lease_b, fenced=lease_a, late=lease_a)
 
 
 def test_a_takeover_race_two_reruns_one_holder(redis_server) -> None:
@@ -258,10 +264,7 @@ def test_a_takeover_race_two_reruns_one_holder(redis_server) -> None:
     outcomes = sorted([x.take(60), y.take(60)])
     assert outcomes[0] == -1 and outcomes[1] >= 2
     winner, loser = (x, y) if x.taken else (y, x)
-    assert loser.publish('{"reward": 0.0}', "t", 60, COUNT) == -1
-    assert winner.publish('{"reward": 1.0}', "t", 60, COUNT) == 1
-    assert lease.publish('{"reward": 0.0}', "t", 60, COUNT) == 0
-    assert _totals(connection) == 1
+    _only_the_holder_writes(connection, holder=winner, fenced=loser, late=lease)
 
 
 # ---------------------------------------------------------------- 3. tokens, prefixes, fallbacks
