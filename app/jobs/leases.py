@@ -38,10 +38,10 @@ from app.jobs.grade_log import TOTALS_KEY, GradeCount
 # an execution of this job (ARGV[4] is the job id; RQ refuses a ':' in job ids) holds it while
 # that execution's entry is in the StartedJobRegistry (KEYS[6] of publish, KEYS[4] of take: passed
 # as `registry`); any other token while its key lives. The entry's score is not compared with a
-# clock here: it is the beating lane's clock, and RQ's cleanup, which compares it with the
-# cleaning lane's clock and removes the entry as it re-queues the job, decides when a lane is
-# dead. A comparison with Redis's clock would make a live lane look dead wherever the workers'
-# clocks lag Redis's by more than the grace (and cost a TIME).
+# clock here: the lanes' look for abandoned jobs (RQ's cleanup, in Redis's time as each lane
+# measures it: app.jobs.rq_bookkeeping) removes the entry as it re-queues the job, and that
+# decides when a lane is dead. A comparison with Redis's TIME here made a live lane look dead
+# wherever the workers' clocks lagged Redis's by more than the grace (and cost a TIME).
 _ALIVE = """
 local function alive(holder, registry)
   if string.sub(holder, 1, #ARGV[4] + 1) ~= ARGV[4] .. ':' then return true end
