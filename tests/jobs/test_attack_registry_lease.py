@@ -102,19 +102,25 @@ def test_a_stale_attempt_is_fenced_while_the_new_one_lives_when_the_workers_cloc
     assert lease_a.publish('{"reward": 0.0}', "t", 60, COUNT) == -1, "the stale attempt wrote beside a live one"
 
 
+def _held_twice(connection: Any, monkeypatch: pytest.MonkeyPatch, skew: float,
+                job_id: str) -> tuple[Any, Job, Any, Lease, Lease]:
+    """A job RQ holds twice, on workers whose clocks are ``skew`` off: the first copy running with
+    its lease taken (lane, job, execution, lease), and the second copy's lease, not yet taken."""
+    queue = _queue(connection)
+    for _ in range(2):
+        queue.enqueue(sleeps, 0, job_id=job_id, retry=Retry(max=1, enqueue_at_front=True))
+    monkeypatch.setattr(grading_worker, "time", _SkewedTime(skew))
+    first, job, execution, lease = _running(connection, queue, "first")
+    second_lane, second_job, second_execution, _ = _started(connection, queue, "second")
+    return first, job, execution, lease, second_lane._job_lease(second_job, second_execution)
+
+
 @pytest.mark.parametrize("skew", [0.0, -30.0])  # 0.0: the control, no skew
 def test_a_second_copy_waits_while_the_first_beats_when_the_workers_clocks_lag_redis_s(
         redis_server, monkeypatch, skew: float) -> None:
     # RQ holds a job twice (app.jobs.redis_jobs): the second copy must not run beside the first
     # while the first lives, whatever the skew between Redis's host and the workers' host.
-    connection = redis_server.client()
-    queue = _queue(connection)
-    for _ in range(2):
-        queue.enqueue(sleeps, 0, job_id="skew-twice", retry=Retry(max=1, enqueue_at_front=True))
-    monkeypatch.setattr(grading_worker, "time", _SkewedTime(skew))
-    first, job, execution, lease = _running(connection, queue, "first")
-    second_lane, second_job, second_execution, _ = _started(connection, queue, "second")
-    second = second_lane._job_lease(second_job, second_execution)
+    first, job, execution, lease, second = _held_twice(redis_server.client(), monkeypatch, skew, "skew-twice")
     first._beat_once(job, execution, lease)
     assert not lease.lost
     assert second.take(60) == -1, "the second copy took the lease of a live, beating first copy"
@@ -127,14 +133,7 @@ def test_a_lane_beating_on_schedule_is_never_taken_over_under_a_skew_below_its_t
     # TTL - skew just after a beat and by TTL - skew - interval just before the next. Here TTL 2 s,
     # interval 1 s, Redis 1.5 s ahead of the workers (in production terms: TTL 15 s, interval 5 s,
     # Redis ~11 s ahead): the first copy beats on time, every interval, and the second polls.
-    connection = redis_server.client()
-    queue = _queue(connection)
-    for _ in range(2):
-        queue.enqueue(sleeps, 0, job_id="skew-small", retry=Retry(max=1, enqueue_at_front=True))
-    monkeypatch.setattr(grading_worker, "time", _SkewedTime(skew))
-    first, job, execution, lease = _running(connection, queue, "on-time")
-    second_lane, second_job, second_execution, _ = _started(connection, queue, "poller")
-    second = second_lane._job_lease(second_job, second_execution)
+    first, job, execution, lease, second = _held_twice(redis_server.client(), monkeypatch, skew, "skew-small")
     first._beat_once(job, execution, lease)
     next_beat = time.monotonic() + first.job_monitoring_interval
     end = time.monotonic() + 4
