@@ -28,6 +28,7 @@ from app.jobs.grade_log import grade_count
 from app.jobs.leases import Lease, new_token
 from app.jobs.rq_enqueue import LeanEnqueue
 from app.ratelimit import RateLimiter
+from tests.jobs.test_redis_token_bucket import _close
 from tests.jobs.test_rq_contract import _running, _started, _worker, sleeps
 
 pytestmark = pytest.mark.slow  # a Redis server per test
@@ -379,9 +380,7 @@ def test_a_replica_whose_clock_leads_does_not_lock_a_tenant_out_on_the_others(re
                 waits.append(await right.take("lockout", rate, burst))
             return waits
         finally:
-            for limiter in (ahead, right):
-                assert limiter.redis is not None
-                await limiter.redis.aclose()
+            await _close([ahead, right])
 
     waits = asyncio.run(run())
     refused = [w for w in waits if w > 0]
@@ -457,9 +456,7 @@ def test_a_polling_tenant_is_not_locked_out_past_its_bucket_s_life_by_a_far_futu
                 await asyncio.sleep(0.5)
             return waits
         finally:
-            for limiter in (ahead, right):
-                assert limiter.redis is not None
-                await limiter.redis.aclose()
+            await _close([ahead, right])
 
     waits = asyncio.run(run())
     assert any(w == 0 for w in waits[-4:]), f"still refused after 13 s at a twentieth of its rate: {waits[-6:]}"
