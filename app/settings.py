@@ -100,10 +100,10 @@ class QueueSettings(BaseModel):
     result_ttl: int = Field(3600, gt=0, description="seconds results and idempotency keys are kept")
     job_timeout: int = Field(900, gt=0, description="backstop deadline of one grading job")
     retries: int = Field(2, ge=0, description="re-runs of a job whose worker died or that failed")
-    # A beat costs 4 Redis commands (worker.grading_worker): every 5 s, a busy lane costs Redis
-    # under one command a second. A lane is taken for dead interval + grace (15 s) after its last
+    # A beat costs 1 Redis command (worker.grading_worker): every 5 s, a busy lane's beats cost
+    # Redis 0.2 commands a second. A lane is taken for dead interval + grace (15 s) after its last
     # beat; the grace outlasts a missed beat, and is far above the heartbeat thread's measured
-    # lateness on a saturated machine (5 ms in the latest recorded run, 133 ms in the one before:
+    # lateness on a saturated machine (4 ms in the latest recorded run, 133 ms in an earlier one:
     # bench_redis_commands): only a stopped or cut-off worker misses it.
     heartbeat_interval: float = Field(5.0, gt=0, description="seconds between a busy lane's heartbeats")
     heartbeat_grace: int = Field(10, gt=0, description="missed-heartbeat seconds before a job is abandoned")
