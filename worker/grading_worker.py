@@ -61,6 +61,7 @@ _NO_DEADLINE_LEASE_SECONDS = 24 * 3600  # a job without a deadline (RQ's -1): it
 FULL_MAINTENANCE_SECONDS = 60
 CLOCK_SYNC_SECONDS = 300  # how often a lane measures Redis's clock against its host's (one TIME)
 CLOCK_SYNC_MAX_ROUND_TRIP = 0.2  # a reading whose round trip took longer is not trusted over an earlier one
+CLOCK_RETRY_SECONDS = 60  # when the next reading is taken after one of those
 
 
 class GradingWorker(LeanBookkeeping):
@@ -165,15 +166,13 @@ class GradingWorker(LeanBookkeeping):
         sent = time.monotonic()
         seconds, micros = self.connection.time()
         received = time.monotonic()
-        if received - sent > CLOCK_SYNC_MAX_ROUND_TRIP and self._registry_base is not None:
-            # Redis answered late (busy, or the network): the reading may be off by half the round
-            # trip. The last good one stands; another is taken at the next chance a minute on.
-            self._clock_synced_at = received - CLOCK_SYNC_SECONDS + 60
-            return
-        self._registry_base = seconds + micros / 1_000_000 - (sent + received) / 2
-        # a late first reading is used (better than the host's clock) and taken again soon
+        # A late answer (Redis busy, the network) may be off by half the round trip: it does not
+        # replace a reading already held (a first one is used: better than the host's clock),
+        # and another is taken a minute on rather than at the period's end.
         late = received - sent > CLOCK_SYNC_MAX_ROUND_TRIP
-        self._clock_synced_at = received - (CLOCK_SYNC_SECONDS - 60 if late else 0)
+        if not late or self._registry_base is None:
+            self._registry_base = seconds + micros / 1_000_000 - (sent + received) / 2
+        self._clock_synced_at = received - (CLOCK_SYNC_SECONDS - CLOCK_RETRY_SECONDS if late else 0)
         if not self._clock_agrees():
             log.warning("%s: this host's clock is %.1f s off Redis's (the lanes' scores use Redis's clock; RQ's "
                         "own tools, which use the host's, misjudge them)", self.name, -self._clock_offset())
@@ -236,8 +235,7 @@ class GradingWorker(LeanBookkeeping):
         # lane's beat, an idle one's dequeue timeout): one chance may be missed, and no record is
         # sent sooner (with the default 30 s TTL: every 20 s; every 6.7 s with a 20 s TTL until
         # 2026-12-04)
-        chance = max(self.dequeue_timeout, self.job_monitoring_interval)
-        if self.presence is None or self.presence_ttl - (clock - self._last_presence) > 2 * chance:
+        if self.presence is None or self.presence_ttl - (clock - self._last_presence) > 2 * self._presence_chance:
             return False
         self._last_presence = clock
         record = presence.with_fields(self.presence, {"beat_lag_max": round(self.beat_lag_max, 3),
@@ -248,6 +246,12 @@ class GradingWorker(LeanBookkeeping):
         if pipeline is None:
             self._presence_sent(replaced)
         return True
+
+    @property
+    def _presence_chance(self) -> float:
+        """The longest a lane goes between chances to send its presence record: a busy lane's
+        beat interval, an idle one's dequeue timeout."""
+        return max(self.dequeue_timeout, self.job_monitoring_interval)
 
     def _presence_sent(self, replaced: Any) -> None:
         """The name goes (back) on the list of workers when its record was missing, and every
@@ -310,12 +314,9 @@ class GradingWorker(LeanBookkeeping):
         worker_beat = self._worker_beat_due(self.job_monitoring_interval)
         worker_ttl = self.job_monitoring_interval + 60  # as RQ's maintain_heartbeats gives the worker's key
         with self.connection.pipeline(transaction=False) as pipeline:
-            # RQ's add_execution, with CH: the reply says whether the entry was still there (its
-            # score, a float in Redis's time, changes with every beat; RQ's own are whole seconds
-            # of the host's clock, and its cleanup reads either alike)
-            pipeline.zadd(job.started_job_registry.key,
-                          {execution.composite_key: self._registry_now() + self.get_heartbeat_ttl(job)}, xx=True,
-                          ch=True)
+            # XX: not put back once RQ removed it; CH: the reply says whether it was still there
+            # (its score, a float, changes with every beat; RQ's cleanup reads it as its own)
+            self._add_execution(job, execution, pipeline, xx=True, ch=True)
             if worker_beat:
                 self._beat_worker_key(worker_ttl, pipeline)
             published = self._publish_presence(pipeline)
@@ -361,7 +362,6 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
     # A lane drops out of the listing (the status page, /readyz's live workers) this long after its
     # last record: the grace past a missed chance to send one, and two chances more, so that the
     # record is sent once every 20 s by default (_publish_presence), not every 10 s
-    chance = max(worker.dequeue_timeout, worker.job_monitoring_interval)
     worker.presence_ttl = (worker.dequeue_timeout + worker.job_monitoring_interval + settings.queue.heartbeat_grace
-                           + 2 * chance)
+                           + 2 * worker._presence_chance)
     return worker

@@ -113,12 +113,17 @@ class LeanBookkeeping(PromptUnsubscribe, SimpleWorker):
             return time.time()
         return time.monotonic() + self._registry_base
 
+    def _add_execution(self, job: Job, execution: Execution, pipeline: Any, **flags: bool) -> None:
+        """RQ's ``StartedJobRegistry.add_execution`` (the execution's entry, scored now + the
+        heartbeat's TTL) in Redis's time (_registry_now), on ``pipeline``; ``flags``: ZADD's (a
+        beat's ``xx`` and ``ch``)."""
+        pipeline.zadd(job.started_job_registry.key,
+                      {execution.composite_key: self._registry_now() + self.get_heartbeat_ttl(job)}, **flags)
+
     def prepare_execution(self, job: Job) -> Execution:
         execution = Execution(id=uuid4().hex, job_id=job.id, connection=self.connection, worker_name=self.name)
         with self.connection.pipeline(transaction=False) as pipeline:
-            # RQ's add_execution (the entry, scored now + TTL), in Redis's time (_registry_now)
-            pipeline.zadd(job.started_job_registry.key,
-                          {execution.composite_key: self._registry_now() + self.get_heartbeat_ttl(job)})
+            self._add_execution(job, execution, pipeline)
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipeline)  # in memory (set_state)
             # the job's started record in the same round trip as its StartedJobRegistry entry

@@ -22,9 +22,8 @@ from app.errors import ApiError
 from app.jobs import keys
 from app.jobs.leases import Lease, new_token
 from app.jobs.redis_jobs import RedisJobs
-from app.settings import Settings
 from tests.jobs.test_attack_registry_lease import _SkewedTime
-from tests.jobs.test_expected_results import _claimed_and_queued, _publish, _work
+from tests.jobs.test_expected_results import _claimed_and_queued, _publish, _with_jobs, _work
 from tests.jobs.test_rq_contract import _running, _worker, sleeps
 from tests.support.redis_server import RedisServer
 from worker.grading_worker import GradingWorker
@@ -34,6 +33,13 @@ pytestmark = pytest.mark.slow  # a Redis server per test
 
 def _queue(connection: Any) -> Queue:
     return Queue("contract", connection=connection, serializer=JSONSerializer)
+
+
+def _queued(connection: Any, job_id: str) -> Queue:
+    """The contract queue with one job on it (re-run once, at the front, if abandoned)."""
+    queue = _queue(connection)
+    queue.enqueue(sleeps, 0, job_id=job_id, retry=Retry(max=1, enqueue_at_front=True))
+    return queue
 
 
 def _clock(monkeypatch: pytest.MonkeyPatch) -> _SkewedTime:
@@ -62,8 +68,7 @@ def test_a_clock_stepped_between_syncs_does_not_take_a_beating_lane_for_dead(red
     # lane learns of only at its next sync, up to CLOCK_SYNC_SECONDS (300 s) later.
     connection = redis_server.client()
     clock = _clock(monkeypatch)
-    queue = _queue(connection)
-    queue.enqueue(sleeps, 0, job_id="stepped", retry=Retry(max=1, enqueue_at_front=True))
+    queue = _queued(connection, "stepped")
     runner, job, execution, lease = _running(connection, queue, "runner")
     cleaner = _lane(connection, "cleaner")
     assert abs(runner._clock_offset()) < 0.5 and abs(cleaner._clock_offset()) < 0.5
@@ -86,8 +91,7 @@ def test_an_offset_measured_through_a_stalled_time_reply_does_not_take_a_beating
     # its input buffer: TIME runs at the end and answers at once, so the midpoint estimate puts
     # Redis's clock ~2 s ahead of a host whose clock agrees with it exactly.
     connection = redis_server.client()
-    queue = _queue(connection)
-    queue.enqueue(sleeps, 0, job_id="stalled-time", retry=Retry(max=1, enqueue_at_front=True))
+    queue = _queued(connection, "stalled-time")
     runner, job, execution, lease = _running(connection, queue, "runner")
     cleaner = _lane(connection, "cleaner")
     busy = """
@@ -136,8 +140,7 @@ def test_a_lane_whose_clock_leads_by_minutes_keeps_its_job_and_a_dead_one_is_sti
     # on Redis's time cleans; the live job stays, and a dead lane's job is re-queued in time.
     connection = redis_server.client()
     clock = _clock(monkeypatch)
-    queue = _queue(connection)
-    queue.enqueue(sleeps, 0, job_id="ahead-live", retry=Retry(max=1, enqueue_at_front=True))
+    queue = _queued(connection, "ahead-live")
     clock.skew = 120.0
     runner, job, execution, lease = _running(connection, queue, "ahead")
     clock.skew = 0.0
@@ -166,28 +169,24 @@ def test_a_retry_that_queued_first_does_not_leave_the_first_request_waiting_out_
     # result; then the first request queues it again and waits with an expected waiter, which
     # reads nothing first: the result written before its expect was never announced to it. (Fixed:
     # the job it queued again runs, and an attempt that finds the result announces it again.)
-    async def run() -> Any:
-        jobs = RedisJobs(Settings(redis_url=redis_server.url), print)
-        try:
-            first = await jobs.claim("t", "raced", "digest")
-            retry = await jobs.claim("t", "raced", "digest")
-            assert first.new and retry.new and first.job_id == retry.job_id
-            await jobs.enqueue("t", retry.job_id, _work())
-            await asyncio.to_thread(_publish, redis_server, retry.job_id)  # a worker, fast
-            retry_view = await jobs.view("t", retry.job_id, 5)
-            await jobs.enqueue("t", first.job_id, _work())  # the first request goes on
-            started = time.monotonic()
-            view = asyncio.create_task(jobs.view("t", first.job_id, 4))
-            await asyncio.sleep(0.3)
-            # the job queued a second time is run: its attempt finds the result (and announces it)
-            again = Lease(redis_server.client(), first.job_id, new_token("again"), 60_000)
-            assert await asyncio.to_thread(again.take, 60) == 0
-            view = await view
-            return retry_view, view, time.monotonic() - started
-        finally:
-            await jobs.close()
+    async def run(jobs: RedisJobs) -> Any:
+        first = await jobs.claim("t", "raced", "digest")
+        retry = await jobs.claim("t", "raced", "digest")
+        assert first.new and retry.new and first.job_id == retry.job_id
+        await jobs.enqueue("t", retry.job_id, _work())
+        await asyncio.to_thread(_publish, redis_server, retry.job_id)  # a worker, fast
+        retry_view = await jobs.view("t", retry.job_id, 5)
+        await jobs.enqueue("t", first.job_id, _work())  # the first request goes on
+        started = time.monotonic()
+        view = asyncio.create_task(jobs.view("t", first.job_id, 4))
+        await asyncio.sleep(0.3)
+        # the job queued a second time is run: its attempt finds the result (and announces it)
+        again = Lease(redis_server.client(), first.job_id, new_token("again"), 60_000)
+        assert await asyncio.to_thread(again.take, 60) == 0
+        view = await view
+        return retry_view, view, time.monotonic() - started
 
-    retry_view, view, waited = asyncio.run(run())
+    retry_view, view, waited = _with_jobs(redis_server, run)
     assert retry_view.status == "finished"
     assert view.status == "finished", (
         f"the result was stored, yet the request waited {waited:.1f} s and got {view.status}")
@@ -197,25 +196,21 @@ def test_two_requests_of_one_request_id_in_one_process_leave_no_waiter_behind(re
     # Both enqueue the same job id concurrently (the race above, in one process): enqueue's
     # _expected keeps one waiter per job id, so the first registered waiter is overwritten and
     # never forgotten by anyone (ResultNotices._waiters grows by one per such race, for good).
-    async def run() -> Any:
-        jobs = RedisJobs(Settings(redis_url=redis_server.url), print)
-        try:
-            first = await jobs.claim("t", "twice", "digest")
-            retry = await jobs.claim("t", "twice", "digest")
-            assert first.new and retry.new
-            async def request(job_id: str) -> Any:  # as the service does: queue, then wait, in one task
-                await jobs.enqueue("t", job_id, _work())
-                return await jobs.view("t", job_id, 5)
+    async def run(jobs: RedisJobs) -> Any:
+        first = await jobs.claim("t", "twice", "digest")
+        retry = await jobs.claim("t", "twice", "digest")
+        assert first.new and retry.new
+        async def request(job_id: str) -> Any:  # as the service does: queue, then wait, in one task
+            await jobs.enqueue("t", job_id, _work())
+            return await jobs.view("t", job_id, 5)
 
-            views = [asyncio.create_task(request(first.job_id)), asyncio.create_task(request(retry.job_id))]
-            await asyncio.sleep(0.3)
-            await asyncio.to_thread(_publish, redis_server, first.job_id)
-            done = await asyncio.gather(*views)
-            return [v.status for v in done], dict(jobs.notices._waiters), dict(jobs._expected)
-        finally:
-            await jobs.close()
+        views = [asyncio.create_task(request(first.job_id)), asyncio.create_task(request(retry.job_id))]
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(_publish, redis_server, first.job_id)
+        done = await asyncio.gather(*views)
+        return [v.status for v in done], dict(jobs.notices._waiters), dict(jobs._expected)
 
-    statuses, waiters, expected = asyncio.run(run())
+    statuses, waiters, expected = _with_jobs(redis_server, run)
     assert statuses == ["finished", "finished"]
     assert expected == {} and waiters == {}, f"left behind: {waiters}"
 
@@ -223,106 +218,84 @@ def test_two_requests_of_one_request_id_in_one_process_leave_no_waiter_behind(re
 @pytest.mark.parametrize("failure", ["redis_error", "cancelled"])
 def test_an_enqueue_that_fails_after_expect_leaves_no_waiter(redis_server: RedisServer, monkeypatch,
                                                              failure: str) -> None:
-    async def run() -> Any:
-        jobs = RedisJobs(Settings(redis_url=redis_server.url), print)
-        try:
-            claim = await jobs.claim("t", "fails", "digest")
+    async def run(jobs: RedisJobs) -> Any:
+        claim = await jobs.claim("t", "fails", "digest")
 
-            def broken(*_: Any) -> None:
-                if failure == "cancelled":
-                    time.sleep(0.5)
-                    return
-                raise redis.ConnectionError("cut")
-
-            monkeypatch.setattr(jobs, "_enqueue", broken)
-            task = asyncio.create_task(jobs.enqueue("t", claim.job_id, _work()))
+        def broken(*_: Any) -> None:
             if failure == "cancelled":
-                await asyncio.sleep(0.1)
-                task.cancel()
-            with pytest.raises((redis.ConnectionError, asyncio.CancelledError, Exception)):
-                await task
-            await asyncio.sleep(0.6)
-            return dict(jobs.notices._waiters), dict(jobs._expected)
-        finally:
-            await jobs.close()
+                time.sleep(0.5)
+                return
+            raise redis.ConnectionError("cut")
 
-    waiters, expected = asyncio.run(run())
+        monkeypatch.setattr(jobs, "_enqueue", broken)
+        task = asyncio.create_task(jobs.enqueue("t", claim.job_id, _work()))
+        if failure == "cancelled":
+            await asyncio.sleep(0.1)
+            task.cancel()
+        with pytest.raises((redis.ConnectionError, asyncio.CancelledError, Exception)):
+            await task
+        await asyncio.sleep(0.6)
+        return dict(jobs.notices._waiters), dict(jobs._expected)
+
+    waiters, expected = _with_jobs(redis_server, run)
     assert waiters == {} and expected == {}
 
 
 def test_an_announced_result_survives_a_resubscription_before_the_wait(redis_server: RedisServer) -> None:
     # announced to the expected waiter, then the subscription comes back (redis-py's silent
     # resubscribe: _wake_all overwrites the waiter's result with None) before view starts
-    async def run() -> Any:
-        jobs = RedisJobs(Settings(redis_url=redis_server.url), print)
-        try:
-            job_id = await _claimed_and_queued(jobs, "t", "overwritten")
-            await asyncio.to_thread(_publish, redis_server, job_id)
-            await asyncio.sleep(0.3)
-            jobs.notices._wake_all()
-            started = time.monotonic()
-            view = await jobs.view("t", job_id, 5)
-            return view, time.monotonic() - started
-        finally:
-            await jobs.close()
+    async def run(jobs: RedisJobs) -> Any:
+        job_id = await _claimed_and_queued(jobs, "t", "overwritten")
+        await asyncio.to_thread(_publish, redis_server, job_id)
+        await asyncio.sleep(0.3)
+        jobs.notices._wake_all()
+        started = time.monotonic()
+        view = await jobs.view("t", job_id, 5)
+        return view, time.monotonic() - started
 
-    view, waited = asyncio.run(run())
+    view, waited = _with_jobs(redis_server, run)
     assert view.status == "finished" and waited < 1.0
 
 
 def test_a_listener_killed_between_expect_and_the_announcement_still_delivers(redis_server: RedisServer) -> None:
     # the listener's connection is killed by Redis (CLIENT KILL TYPE pubsub) after expect; the
     # result is written and announced while it is down; the wait must still get it promptly
-    async def run() -> Any:
-        jobs = RedisJobs(Settings(redis_url=redis_server.url), print)
-        try:
-            job_id = await _claimed_and_queued(jobs, "t", "killed")
-            admin = redis_server.client()
-            admin.client_kill_filter(_type="pubsub")
-            await asyncio.to_thread(_publish, redis_server, job_id)
-            started = time.monotonic()
-            view = await jobs.view("t", job_id, 8)
-            return view, time.monotonic() - started, dict(jobs.notices._waiters)
-        finally:
-            await jobs.close()
+    async def run(jobs: RedisJobs) -> Any:
+        job_id = await _claimed_and_queued(jobs, "t", "killed")
+        admin = redis_server.client()
+        admin.client_kill_filter(_type="pubsub")
+        await asyncio.to_thread(_publish, redis_server, job_id)
+        started = time.monotonic()
+        view = await jobs.view("t", job_id, 8)
+        return view, time.monotonic() - started, dict(jobs.notices._waiters)
 
-    view, waited, waiters = asyncio.run(run())
+    view, waited, waiters = _with_jobs(redis_server, run)
     assert view.status == "finished", f"waited {waited:.1f} s"
     assert waiters == {}
 
 
 def test_a_view_with_wait_zero_after_the_announcement_returns_the_result(redis_server: RedisServer) -> None:
-    async def run() -> Any:
-        jobs = RedisJobs(Settings(redis_url=redis_server.url), print)
-        try:
-            pending_id = await _claimed_and_queued(jobs, "t", "zero-pending")
-            pending = await jobs.view("t", pending_id, 0)
-            job_id = await _claimed_and_queued(jobs, "t", "zero-done")
-            await asyncio.to_thread(_publish, redis_server, job_id)
-            await asyncio.sleep(0.3)
-            return pending, await jobs.view("t", job_id, 0), dict(jobs.notices._waiters), dict(jobs._expected)
-        finally:
-            await jobs.close()
+    async def run(jobs: RedisJobs) -> Any:
+        pending_id = await _claimed_and_queued(jobs, "t", "zero-pending")
+        pending = await jobs.view("t", pending_id, 0)
+        job_id = await _claimed_and_queued(jobs, "t", "zero-done")
+        await asyncio.to_thread(_publish, redis_server, job_id)
+        await asyncio.sleep(0.3)
+        return pending, await jobs.view("t", job_id, 0), dict(jobs.notices._waiters), dict(jobs._expected)
 
-    pending, done, waiters, expected = asyncio.run(run())
+    pending, done, waiters, expected = _with_jobs(redis_server, run)
     assert pending.status == "queued" and done.status == "finished"
     assert waiters == {} and expected == {}
 
 
 def test_poll_mode_registers_no_waiter_and_still_finds_the_result(redis_server: RedisServer) -> None:
-    async def run() -> Any:
-        settings = Settings(redis_url=redis_server.url)
-        settings.queue.result_wait = "poll"
-        jobs = RedisJobs(settings, print)
-        try:
-            job_id = await _claimed_and_queued(jobs, "t", "polled")
-            expected = dict(jobs._expected)
-            redis_server.client().set(keys.result(job_id), _result_json(), ex=60)
-            return expected, await jobs.view("t", job_id, 5)
-        finally:
-            await jobs.close()
+    async def run(jobs: RedisJobs) -> Any:
+        job_id = await _claimed_and_queued(jobs, "t", "polled")
+        expected = dict(jobs._expected)
+        redis_server.client().set(keys.result(job_id), _result_json(), ex=60)
+        return expected, await jobs.view("t", job_id, 5)
 
-    expected, view = asyncio.run(run())
+    expected, view = _with_jobs(redis_server, run, result_wait="poll")
     assert expected == {} and view.status == "finished"
 
 
@@ -338,37 +311,33 @@ def test_a_view_that_takes_the_expected_waiter_while_the_enqueue_fails_does_not_
     # fails (Redis error): its _unexpect finds no waiter and its _forget deletes the claim. The
     # view waits out its whole wait for a job that was never queued and answers "queued" (a
     # first read would have found no owner: the 410 of a lost job, or a 404).
-    async def run() -> Any:
-        jobs = RedisJobs(Settings(redis_url=redis_server.url), print)
+    async def run(jobs: RedisJobs) -> Any:
+        claim = await jobs.claim("t", "popped", "digest")
+
+        def slow_then_cut(*_: Any) -> None:
+            time.sleep(0.5)
+            raise redis.ConnectionError("cut")
+
+        monkeypatch.setattr(jobs, "_enqueue", slow_then_cut)
+        enqueue = asyncio.create_task(jobs.enqueue("t", claim.job_id, _work()))
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        view = asyncio.create_task(jobs.view("t", claim.job_id, 3))
+        with pytest.raises(Exception):  # noqa: B017  (QueueUnavailable)
+            await enqueue
+        owner = redis_server.client().get(keys.owner(claim.job_id))
+        first = await view
         try:
-            claim = await jobs.claim("t", "popped", "digest")
-
-            def slow_then_cut(*_: Any) -> None:
-                time.sleep(0.5)
-                raise redis.ConnectionError("cut")
-
-            monkeypatch.setattr(jobs, "_enqueue", slow_then_cut)
-            enqueue = asyncio.create_task(jobs.enqueue("t", claim.job_id, _work()))
-            await asyncio.sleep(0.1)
-            started = time.monotonic()
-            view = asyncio.create_task(jobs.view("t", claim.job_id, 3))
-            with pytest.raises(Exception):  # noqa: B017  (QueueUnavailable)
-                await enqueue
-            owner = redis_server.client().get(keys.owner(claim.job_id))
-            first = await view
-            try:
-                later = await jobs.view("t", claim.job_id, 0)
-            except ApiError as error:
-                later = error.error
-            return first, later, time.monotonic() - started, owner, dict(jobs.notices._waiters)
-        finally:
-            await jobs.close()
+            later = await jobs.view("t", claim.job_id, 0)
+        except ApiError as error:
+            later = error.error
+        return first, later, time.monotonic() - started, owner, dict(jobs.notices._waiters)
 
     # (Fixed: the waiter is the queueing request's own, kept in its task's context: another
     # request's view reads first, as for any job. A view whose first read came before the enqueue
     # failed still answers "queued" when its wait ends, as it did before the waiter existed; the
     # next one says the job is lost.)
-    first, later, _, owner, waiters = asyncio.run(run())
+    first, later, _, owner, waiters = _with_jobs(redis_server, run)
     assert owner is None  # the claim is gone: this job will never run
     assert waiters == {}
     assert first is None or first.status in ("queued", "started")
@@ -383,8 +352,7 @@ def test_rq_s_whole_pass_on_a_lane_just_inside_half_the_grace_leaves_a_lane_beat
     import rq.registry
     connection = redis_server.client()
     clock = _clock(monkeypatch)
-    queue = _queue(connection)
-    queue.enqueue(sleeps, 0, job_id="half-grace", retry=Retry(max=1, enqueue_at_front=True))
+    queue = _queued(connection, "half-grace")
     runner, job, execution, lease = _running(connection, queue, "runner")
     clock.skew = 0.45  # grace 1: within half
     cleaner = _lane(connection, "cleaner")

@@ -31,6 +31,13 @@ def _worker(redis_server: Any, name: str) -> GradingWorker:
                          connection=connection, serializer=JSONSerializer, name=name)
 
 
+def _subscribed(redis_server: Any, name: str) -> tuple[GradingWorker, Any]:
+    """A lane subscribed to its command channel (work()'s bootstrap), and its command thread."""
+    worker = _worker(redis_server, name)
+    worker.subscribe()
+    return worker, worker.pubsub_thread
+
+
 def _numsub(redis_server: Any, worker: GradingWorker) -> int:
     return dict(redis_server.client().pubsub_numsub(worker.pubsub_channel_name))[
         worker.pubsub_channel_name.encode()]
@@ -61,18 +68,14 @@ def _nothing_left(redis_server: Any, thread: Any) -> None:
 
 
 def test_unsubscribe_twice_is_prompt_and_leaves_nothing(redis_server) -> None:
-    worker = _worker(redis_server, "twice")
-    worker.subscribe()
-    thread = worker.pubsub_thread
+    worker, thread = _subscribed(redis_server, "twice")
     for _ in range(2):
         _unsubscribes_within(worker, 2)
     _nothing_left(redis_server, thread)
 
 
 def test_a_command_arriving_during_the_stop_does_not_stall_it(redis_server) -> None:
-    worker = _worker(redis_server, "commanded")
-    worker.subscribe()
-    thread = worker.pubsub_thread
+    worker, thread = _subscribed(redis_server, "commanded")
     handled = threading.Event()
     original = worker.handle_payload
 
@@ -92,9 +95,7 @@ def test_a_command_arriving_during_the_stop_does_not_stall_it(redis_server) -> N
 def test_a_stop_while_redis_is_down_is_prompt_and_the_thread_ends(redis_server) -> None:
     # The command thread is in RQ's exception handler (time.sleep(2) and retry) when the stop
     # comes; unsubscribe's own UNSUBSCRIBE fails (Redis gone).
-    worker = _worker(redis_server, "down-at-stop")
-    worker.subscribe()
-    thread = worker.pubsub_thread
+    worker, thread = _subscribed(redis_server, "down-at-stop")
     redis_server.stop()
     time.sleep(1.0)  # the thread's read fails; it sleeps in RQ's handler
     took, error = _timed(worker.unsubscribe, 40)
@@ -176,13 +177,19 @@ def _wait_for_line(log: Any, line: str, limit: float = 50) -> None:
         time.sleep(0.1)
 
 
-def test_the_lane_outage_loop_end_to_end_leaves_one_subscription_and_stops_promptly(redis_server, tmp_path) -> None:
+def _lane_started(script: str, redis_server: Any, tmp_path: Any) -> subprocess.Popen[str]:
+    """The lane ``script`` in a process of its own, once it has subscribed."""
     log = tmp_path / "lane.log"
     with log.open("w") as out:
-        process = subprocess.Popen([sys.executable, "-c", LANE, redis_server.url], cwd=ROOT,
+        process = subprocess.Popen([sys.executable, "-c", script, redis_server.url], cwd=ROOT,
                                    stdout=out, stderr=subprocess.STDOUT, text=True)
+    _wait_for_line(log, "subscribed")
+    return process
+
+
+def test_the_lane_outage_loop_end_to_end_leaves_one_subscription_and_stops_promptly(redis_server, tmp_path) -> None:
+    process = _lane_started(LANE, redis_server, tmp_path)
     try:
-        _wait_for_line(log, "subscribed")
         redis_server.stop()
         time.sleep(1.5)  # RQ's loop ends, its teardown fails, the lane waits for Redis
         redis_server.start()
@@ -210,12 +217,8 @@ def test_a_lane_asked_to_stop_while_redis_is_unreachable_stops_promptly(redis_se
     # worker.lane.work takes that for an outage: it waits for Redis (OUTAGE_SECONDS, 600 s) and,
     # should Redis come back, works on.
     script = LANE.replace("while lane._reachable(connection):", "while False:")
-    log = tmp_path / "lane.log"
-    with log.open("w") as out:
-        process = subprocess.Popen([sys.executable, "-c", script, redis_server.url], cwd=ROOT,
-                                   stdout=out, stderr=subprocess.STDOUT, text=True)
+    process = _lane_started(script, redis_server, tmp_path)
     try:
-        _wait_for_line(log, "subscribed")
         time.sleep(1)  # in RQ's dequeue
         redis_server.stop()
         time.sleep(2)  # the dequeue fails and is retried
