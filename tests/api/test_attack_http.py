@@ -203,7 +203,8 @@ def test_a_stalled_upload_is_cut_off_and_its_memory_released() -> None:
 MANY_KEYS = {f"k{j}": j for j in range(440_000)}  # about 8.1 MB of JSON, just under the body limit
 
 
-def _worst_healthz_while(served: Served, tenant: str, path: str, body: dict) -> tuple[float, object]:
+def _worst_healthz_while(served: Served, tenant: str, path: str, body: dict) -> tuple[float, float, object]:
+    """The slowest /healthz answer while one request ran, that request's own time and its status."""
     import json
     import threading
 
@@ -223,13 +224,15 @@ def _worst_healthz_while(served: Served, tenant: str, path: str, body: dict) -> 
         prober = threading.Thread(target=probe)
         prober.start()
         time.sleep(0.3)
+        started = time.monotonic()
         try:
             status: object = client.post(path, content=content, headers={"content-type": "application/json"}
                                          ).status_code
         finally:
+            took = time.monotonic() - started
             stop.set()
             prober.join()
-    return max(latencies), status
+    return max(latencies), took, status
 
 
 @pytest.mark.parametrize(("path", "body"), [
@@ -238,8 +241,12 @@ def _worst_healthz_while(served: Served, tenant: str, path: str, body: dict) -> 
 ], ids=["labelled", "get_reward"])
 def test_a_label_of_many_keys_does_not_stall_healthz(path: str, body: dict) -> None:
     with serving() as served:
-        worst, status = _worst_healthz_while(served, "mallory", path, body)
-    assert worst < 1.0, f"/healthz took {worst:.2f} s while one {path} request with a 440,000-key label ran ({status})"
+        worst, took, status = _worst_healthz_while(served, "mallory", path, body)
+    # A stalled loop answers /healthz only once the request is through, so its wait is most of the
+    # request's time. A loaded machine stretches both, and a /healthz answer over a second is then
+    # no stall unless it took at least half of the request's time.
+    assert worst < max(1.0, took / 2), (
+        f"/healthz took {worst:.2f} s while one {path} request with a 440,000-key label ran {took:.2f} s ({status})")
 
 
 

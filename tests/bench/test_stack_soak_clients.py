@@ -83,6 +83,9 @@ def test_impl_jobs_alone_count_every_command_of_the_jobs_answered_and_none_of_th
     assert sum(alone["kinds"].values()) == alone["answered"]
     calls = alone["calls"]
     assert "info" not in calls  # the soak's own readings are left out
-    # every job of the window was enqueued and dequeued in it: its commands are all counted
-    assert calls["rpush"] == alone["sent"] and calls["blpop"] >= alone["sent"]
+    # every job of the window was enqueued and dequeued in it: its commands are all counted. Redis
+    # counts a BLPOP when it is called, not when it returns: the one lane's BLPOP that takes the
+    # window's first job was called before the window, and the one it calls after the last job may
+    # come after the end reading (a loaded machine), so one dequeue per job less at most
+    assert calls["rpush"] == alone["sent"] and calls["blpop"] >= alone["sent"] - 1
     assert int(after["cmdstat_rpush"]["calls"]) == alone["sent"]
