@@ -32,6 +32,7 @@ import redis.exceptions as redis_errors
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from rq import Queue, Retry
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from app.errors import ApiError, QueueUnavailable
@@ -99,10 +100,14 @@ def job_lost() -> ApiError:
     return ApiError(410, "job_lost", "this job was accepted but the queue no longer has it (Redis lost its "
                     "data, or its result expired); resubmit it (the same request_id runs it again)")
 
-# KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, renew (1/0), job ids... -> 1 when every id
-# is reserved, 0 (and none is) when they would pass the cap: a batch is queued whole or refused whole.
-# Entries past the horizon (jobs that can no longer be running) are pruned only when they would
-# decide a refusal: below the cap they change nothing, and the prune is a command per job. The set
+# KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, renew (1/0), RQ's job key prefix, job
+# ids... -> 1 when every id is reserved, 0 (and none is) when they would pass the cap: a batch is queued
+# whole or refused whole. Entries past the horizon are pruned only when they would decide a refusal:
+# below the cap they change nothing, and the prune is a command per job. Past the horizon a job can no
+# longer be running, but it may still be waiting: an entry is pruned only if RQ no longer holds its job
+# as queued or started (a backlog older than the horizon kept the tenant's cap before: its entries were
+# pruned and the tenant could queue past it). One still waiting is given the present time, so each
+# waiting entry is looked at once per horizon, not on every refusal while the backlog lasts. The set
 # gets its TTL when it is made (the ttl bounds what a tenant that stops leaves behind; renewing it
 # was a command per job), and again when ARGV[5] is 1: each API process asks for that on its first
 # reservation for a tenant and then once per half ttl (RedisJobs._renew_due), so a set in use
@@ -110,13 +115,20 @@ def job_lost() -> ApiError:
 # emptied it: the count started again from zero, twice the cap held) and a set without a TTL
 # gets one.
 _RESERVE = """
-local asked = #ARGV - 5
+local asked = #ARGV - 6
 local held = redis.call('ZCARD', KEYS[1])
 if held + asked > tonumber(ARGV[2]) then
-  held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])) do
+    local status = redis.call('HGET', ARGV[6] .. id, 'status')
+    if status == 'queued' or status == 'started' then
+      redis.call('ZADD', KEYS[1], 'XX', ARGV[3], id)
+    else
+      held = held - redis.call('ZREM', KEYS[1], id)
+    end
+  end
   if held + asked > tonumber(ARGV[2]) then return 0 end
 end
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i])
 end
 if held == 0 or ARGV[5] == '1' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
@@ -263,13 +275,15 @@ class RedisJobs:
     async def reserve(self, tenant: str, job_ids: Sequence[str], max_in_flight: int) -> None:
         if not job_ids:
             return
-        # entries older than a job's deadline belong to jobs that can no longer be running
+        # entries older than a job's deadline belong to jobs that can no longer be running (they may
+        # still be waiting: the script asks RQ)
         horizon = time.time() - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
         now = time.monotonic()
         renew = self._renew_due(tenant, now)
         try:
             reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), horizon, max_in_flight,
-                                                   time.time(), QUEUED_RECORD_TTL, int(renew), *job_ids)
+                                                   time.time(), QUEUED_RECORD_TTL, int(renew),
+                                                   Job.redis_job_namespace_prefix, *job_ids)
             if renew and int(reserved):
                 self._renewed[tenant] = now
         except REDIS_ERRORS:

@@ -184,3 +184,41 @@ def test_racing_replicas_never_pass_the_cap_nor_leave_a_set_without_a_ttl(redis_
     assert all(ttl != -1 for _, ttl in seen), "a set existed without a TTL"
     assert any(n == 0 for n, _ in seen) and any(n > 0 for n, _ in seen)  # emptied and made again
     assert not connection.exists(key)  # every job released: nothing left behind
+
+
+def test_a_backlog_older_than_the_horizon_keeps_the_tenants_cap(redis_server: RedisServer) -> None:
+    """Attack (reviewer): an entry older than a job's deadline was pruned as a job that can no
+    longer be running, but a job can wait in the queue for longer than that: a tenant whose backlog
+    was older than the horizon had its entries pruned at the cap and could queue past it, as many
+    as it liked. Only a job that RQ no longer holds as queued or started frees its slot."""
+    from tests.jobs.test_expected_results import _work
+
+    connection = redis_server.client()
+    key = keys.in_flight(TENANT)
+
+    async def run() -> None:
+        jobs = RedisJobs(_settings(redis_server, job_timeout=1), print)  # entries past the horizon after 1 s
+        try:
+            queued = []
+            for request_id in ("a", "b"):
+                claim = await jobs.claim(TENANT, request_id, "digest")
+                await jobs.enqueue(TENANT, claim.job_id, _work(), max_in_flight=2)
+                queued.append(claim.job_id)
+            await asyncio.sleep(1.2)  # both wait, no worker: older than the horizon
+            looked_at = time.time()
+            assert await _refused(jobs, ["c"], 2), "a waiting backlog older than the horizon lost its slots"
+            assert sorted(m.decode() for m in connection.zrange(key, 0, -1)) == sorted(queued)
+            # each waiting entry was looked at once: it now counts from that look
+            assert all(connection.zscore(key, job_id) >= looked_at - 1 for job_id in queued)
+            assert await _refused(jobs, ["c"], 2)
+            # one job failed (RQ keeps its record, as failed), the other's record is gone (Redis lost
+            # it, or it expired): past the horizon both free their slots
+            connection.hset(f"rq:job:{queued[0]}", "status", "failed")
+            connection.delete(f"rq:job:{queued[1]}")
+            await asyncio.sleep(1.2)
+            await jobs.reserve(TENANT, ["c", "d"], 2)
+            assert sorted(m.decode() for m in connection.zrange(key, 0, -1)) == ["c", "d"]
+        finally:
+            await jobs.close()
+
+    asyncio.run(run())
