@@ -424,10 +424,12 @@ def test_nothing_a_case_does_changes_what_the_next_case_reads_pipe_inodes() -> N
     assert deltas[777] == deltas[0], deltas
 
 
-# Access times of the read-only files every case sees: gVisor keeps them in its own cache and
-# updates one when a case reads the file (relatime: the first read since it was last changed), for
-# every later case of the lane to stat. Eight test modules of idlelib nobody imports are the
-# eight bits; the sender reads those of the 1 bits; the next case stats all eight.
+# Access times of the read-only files every case sees: gVisor's gofer reads the host's file, which
+# updated its access time on the host (relatime: the first read since the file last changed, or in a
+# day), and gVisor showed it to every later case of the lane. Eight test modules of idlelib nobody
+# imports are the eight bits; the sender reads those of the 1 bits; the next case stats all eight.
+# (Closed: runsc binds the host's files read-only and noatime in a mount namespace of its own,
+# app/sandbox/tiers/runsc.py.)
 ATIME_SENDER = code("""
     def attack(paths, bits):
         for path, bit in zip(paths, bits):
@@ -444,9 +446,6 @@ ATIME_RECEIVER = code("""
 
 
 @needs_lanes
-@pytest.mark.xfail(strict=True, reason="ATTACK SUCCEEDS (known limit, docs/limits.md): "
-                   "a read updates the access time gVisor keeps for a "
-                   "read-only file; a later case of the lane stats it")
 def test_nothing_a_case_does_changes_what_the_next_case_reads_access_times() -> None:
     import os
     import random
@@ -454,21 +453,23 @@ def test_nothing_a_case_does_changes_what_the_next_case_reads_access_times() -> 
     box = _box()
     _warm(box)
     tests_dir = os.path.join(os.path.dirname(os.__file__), "idlelib", "idle_test")
-    # files not read for over a day (relatime then updates the access time on the next read)
     candidates = sorted(os.path.join(tests_dir, f) for f in os.listdir(tests_dir)
-                        if f.startswith("test_") and f.endswith(".py")
-                        and time.time() - os.stat(os.path.join(tests_dir, f)).st_atime > 86400 + 600)
-    if len(candidates) < 8:
-        pytest.skip("fewer than 8 idlelib test modules left unread for a day on this host")
+                        if f.startswith("test_") and f.endswith(".py"))
     paths = random.sample(candidates, 8)
+    for path in paths:  # an access time before the last change: relatime updates it on the next read
+        changed = os.stat(path).st_mtime_ns
+        os.utime(path, ns=(changed - 10**9, changed))
+    on_host = [os.stat(p).st_atime_ns for p in paths]
     bits = [1, 0, 1, 0, 0, 1, 0, 1]  # 0xA5
     before = observed(box.run(ATIME_RECEIVER, "attack", [paths], profile="numpy"))
     sender = box.run(ATIME_SENDER, "attack", [paths, bits], profile="numpy")
     after = observed(box.run(ATIME_RECEIVER, "attack", [paths], profile="numpy"))
     heard = [1 if a > b else 0 for a, b in zip(after, before, strict=True)]
     print("sender", observed(sender), "heard", heard)
-    # the claim: nothing of a case survives into the next case of the lane
+    assert observed(sender) == "sent", sender.status
+    # the claim: nothing of a case survives into the next case of the lane, nor on the host
     assert heard != bits, heard
+    assert [os.stat(p).st_atime_ns for p in paths] == on_host, "a case's reads changed the host's access times"
 
 
 # The zombie-leader hiding at the scale of the lane: four processes (the runner and three forks,

@@ -100,7 +100,7 @@ def spawn_gvisor(plan: Plan, sb: SandboxSettings, seccomp: bool, profile: str,
             cgroup = cgroups.create()
             cgroup.set_memory_limit(sb.warm_memory_bytes)  # until the case arms its own limits
             cgroup.set_task_limit(sb.warm_max_tasks + policy.host_tasks)
-        argv = [*rs.cgroup_prefix(plan, cgroup), runsc, "--root", os.path.join(casedir, "state"),
+        argv = [*rs.runsc_prefix(plan, cgroup, policy), runsc, "--root", os.path.join(casedir, "state"),
                 f"--platform={sb.gvisor_platform}", "--network=none", "--host-uds=open", "--ignore-cgroups",
                 "run", "--bundle", bundle, os.path.basename(casedir)]
         popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -245,7 +245,7 @@ class GvisorZygote:
                                 env=child_env(sb, "/tmp/home", "/tmp"))
         with open(os.path.join(bundle, "config.json"), "w") as out:
             json.dump(config, out)
-        argv = [*rs.cgroup_prefix(plan, self.cgroup), runsc, "--root", os.path.join(self.lanedir, "state"),
+        argv = [*rs.runsc_prefix(plan, self.cgroup, self.policy), runsc, "--root", os.path.join(self.lanedir, "state"),
                 f"--platform={sb.gvisor_platform}",
                 "--network=none", "--host-uds=open", "--ignore-cgroups",
                 "run", "--bundle", bundle, os.path.basename(self.lanedir)]

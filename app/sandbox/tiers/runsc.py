@@ -55,12 +55,27 @@ def rootfs(plan: Plan) -> str:
     return root
 
 
-def cgroup_prefix(plan: Plan, cgroup: CaseCgroup | None) -> list[str]:
-    if cgroup is None:
-        return []
-    if "sh" not in plan.tools:
-        raise SandboxFault("entering the case's control group needs /bin/sh")
-    return [plan.tools["sh"], "-c", LAUNCH_SCRIPT, "launch", *cgroup.procs_files, "--", "--"]
+# gVisor's gofer reads the host's files for the sandbox, and a read updates a file's access time on
+# the host (relatime: the first read since the file last changed, or in a day), which gVisor then
+# shows every later case (its cached attributes are revalidated from the host): one case reading
+# eight chosen files carried a byte to the next. So runsc starts in a private mount namespace of
+# its own where every file the sandbox binds in is bound again onto itself read-only and noatime;
+# the gofer's binds inherit those flags, and the host's mounts are untouched (the namespace goes
+# with runsc). util-linux's ``mount --bind -o`` binds, then remounts the bind with the options.
+HOST_VIEW_SCRIPT = ('while [ "$1" != "--" ]; do mount --bind -o ro,noatime,nosuid,nodev "$1" "$1" || exit 98; '
+                    'shift; done; shift; exec "$@"')
+
+
+def runsc_prefix(plan: Plan, cgroup: CaseCgroup | None, policy: Policy) -> list[str]:
+    """What runs before runsc: enter the sandbox's control group (if it has one), then a private
+    mount namespace whose binds of the host's files update no access time (HOST_VIEW_SCRIPT)."""
+    tools = plan.tools
+    if not {"sh", "unshare", "mount"} <= tools.keys():
+        raise SandboxFault("the gvisor tier needs /bin/sh and util-linux unshare and mount")
+    sources = sorted({m.source for m in policy.mounts if m.kind == "bind" and m.read_only})
+    argv = [tools["sh"], "-c", LAUNCH_SCRIPT, "launch", *cgroup.procs_files, "--", "--"] if cgroup else []
+    return [*argv, tools["unshare"], "--mount", "--propagation", "private", "--",
+            tools["sh"], "-c", HOST_VIEW_SCRIPT, "host-view", *sources, "--"]
 
 
 def _children() -> dict[int, list[int]]:
