@@ -59,6 +59,9 @@ QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 _BEAT_MARGIN_SECONDS = 10.0
 _NO_DEADLINE_LEASE_SECONDS = 24 * 3600  # a job without a deadline (RQ's -1): its lease's key lives a day
 FULL_MAINTENANCE_SECONDS = 60
+# An idle lane's BLPOP timeout at most: its chance to beat, send its presence record, run
+# maintenance when due, and see a stop request.
+IDLE_DEQUEUE_SECONDS = 5
 CLOCK_SYNC_SECONDS = 300  # how often a lane measures Redis's clock against its host's (one TIME)
 CLOCK_SYNC_MAX_ROUND_TRIP = 0.2  # a reading whose round trip took longer is not trusted over an earlier one
 CLOCK_RETRY_SECONDS = 60  # when the next reading is taken after one of those
@@ -355,8 +358,10 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
         maintenance_interval=settings.queue.maintenance_interval,
         # RQ blocks an idle worker in BLPOP for worker_ttl - 15 seconds and only then beats and
         # runs maintenance: a few seconds, not RQ's default 405, so an idle worker both shows as
-        # live and re-queues a dead worker's job within seconds.
-        worker_ttl=15 + settings.queue.maintenance_interval,
+        # live and re-queues a dead worker's job within seconds. Not longer than the maintenance
+        # interval (it is the lane's chance to run maintenance), and not tied to it above
+        # IDLE_DEQUEUE_SECONDS (an idle lane's presence record, and its stop, wait for it).
+        worker_ttl=15 + min(settings.queue.maintenance_interval, IDLE_DEQUEUE_SECONDS),
     )
     worker.heartbeat_grace = settings.queue.heartbeat_grace
     # A lane drops out of the listing (the status page, /readyz's live workers) this long after its
