@@ -92,6 +92,13 @@ GROUPS: list[tuple[str, list[str]]] = [
 # kernel code a compromised worker would reach through socket(2); none was measured in use.
 SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}
 
+# unshare(2) for a new mount namespace alone (its first argument, the flags, exactly CLONE_NEWNS):
+# runsc starts in a private mount namespace of the service's making, where the host files a sandbox
+# reads are remounted noatime (app/sandbox/tiers/access_times.py: a case's reads no longer update
+# access times a later case can read). Any other flag (a user, pid or network namespace, ...) is
+# refused as before; runsc makes its sandbox's own namespaces with clone.
+UNSHARE_FLAGS = {"CLONE_NEWNS": 0x00020000}
+
 # Kept out with EPERM, whatever a future measurement logs: each needs a reason in docs/deployment.md
 # before it may move into a group (a test checks the two sets stay apart).
 DENIED: frozenset[str] = frozenset({
@@ -119,7 +126,7 @@ EPERM = 1
 
 
 def allowed() -> list[str]:
-    names = [name for _, group in GROUPS for name in group] + ["socket"]
+    names = [name for _, group in GROUPS for name in group] + ["socket", "unshare"]
     if len(names) != len(set(names)):
         raise ValueError("a call is listed in two groups")
     return sorted(names)
@@ -140,6 +147,8 @@ def render() -> dict:
             *({"names": sorted(group), "action": "SCMP_ACT_ALLOW", "comment": why} for why, group in GROUPS),
             *({"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": family,
                "op": "SCMP_CMP_EQ"}], "comment": f"socket({name}, ...)"} for name, family in SOCKET_FAMILIES.items()),
+            *({"names": ["unshare"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": flags,
+               "op": "SCMP_CMP_EQ"}], "comment": f"unshare({name}) alone"} for name, flags in UNSHARE_FLAGS.items()),
             {"names": sorted(DENIED), "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM,
              "comment": "kept out: nothing in the worker makes these, and each widens the host kernel's reach"},
         ],

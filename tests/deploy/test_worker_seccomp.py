@@ -60,7 +60,12 @@ def test_it_fails_closed_and_keeps_the_dangerous_calls_out() -> None:
     assert "defaultErrnoRet" not in profile  # Docker 20.10 ignores it: the same answer on every engine
     assert profile["architectures"] == ["SCMP_ARCH_X86_64"]
     allowed_names = {name for rule in _allow_rules(profile) for name in rule["names"]}
-    assert not allowed_names & MUST_STAY_OUT
+    # unshare only for a new mount namespace, its flags exactly CLONE_NEWNS (runsc's launch):
+    # never a user, pid or network namespace
+    assert not allowed_names & MUST_STAY_OUT - {"unshare"}
+    unshare_rules = [rule for rule in _allow_rules(profile) if "unshare" in rule["names"]]
+    assert [(rule["names"], rule["args"]) for rule in unshare_rules] == [
+        (["unshare"], [{"index": 0, "value": 0x00020000, "op": "SCMP_CMP_EQ"}])]
     assert MUST_STAY_OUT - {"unshare", "setns", "personality"} <= DENIED
     (deny,) = [rule for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ERRNO"]
     assert set(deny["names"]) == DENIED and deny["errnoRet"] == 1  # EPERM
@@ -71,7 +76,7 @@ def test_every_group_says_why_and_no_call_is_listed_twice() -> None:
     names = [name for _, group in GROUPS for name in group]
     assert len(names) == len(set(names))
     assert all(why.strip() and group for why, group in GROUPS)
-    assert len(allowed()) == len(names) + 1  # and socket(2), for some families only
+    assert len(allowed()) == len(names) + 2  # and socket(2), for some families only, and unshare(2)
 
 
 def test_socket_is_allowed_only_for_unix_and_ip_families() -> None:
@@ -80,7 +85,7 @@ def test_socket_is_allowed_only_for_unix_and_ip_families() -> None:
     assert sorted(rule["args"][0]["value"] for rule in rules) == sorted(SOCKET_FAMILIES.values()) == [1, 2, 10]
     assert all(len(rule["args"]) == 1 and rule["args"][0]["index"] == 0 and rule["args"][0]["op"] == "SCMP_CMP_EQ"
                for rule in rules)
-    assert all("args" not in rule for rule in _allow_rules(render()) if rule["names"] != ["socket"])
+    assert all("args" not in rule for rule in _allow_rules(render()) if rule["names"] not in (["socket"], ["unshare"]))
 
 
 def test_the_generator_refuses_a_call_both_allowed_and_denied(monkeypatch) -> None:

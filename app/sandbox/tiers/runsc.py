@@ -13,12 +13,14 @@ import signal
 import socket
 import subprocess
 import time
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.sandbox.launch import LAUNCH_SCRIPT, SandboxFault
 from app.sandbox.owners import STAGE_PREFIX, owned_tempdir
 from app.sandbox.policy import HARNESS_CAPS, Mount, Policy, host_view, oci_spec
+from app.sandbox.tiers import access_times
 
 if TYPE_CHECKING:
     from app.sandbox.cgroups import CaseCgroup
@@ -55,27 +57,20 @@ def rootfs(plan: Plan) -> str:
     return root
 
 
-# gVisor's gofer reads the host's files for the sandbox, and a read updates a file's access time on
-# the host (relatime: the first read since the file last changed, or in a day), which gVisor then
-# shows every later case (its cached attributes are revalidated from the host): one case reading
-# eight chosen files carried a byte to the next. So runsc starts in a private mount namespace of
-# its own where every file the sandbox binds in is bound again onto itself read-only and noatime;
-# the gofer's binds inherit those flags, and the host's mounts are untouched (the namespace goes
-# with runsc). util-linux's ``mount --bind -o`` binds, then remounts the bind with the options.
-HOST_VIEW_SCRIPT = ('while [ "$1" != "--" ]; do mount --bind -o ro,noatime,nosuid,nodev "$1" "$1" || exit 98; '
-                    'shift; done; shift; exec "$@"')
-
-
 def runsc_prefix(plan: Plan, cgroup: CaseCgroup | None, policy: Policy) -> list[str]:
     """What runs before runsc: enter the sandbox's control group (if it has one), then a private
-    mount namespace whose binds of the host's files update no access time (HOST_VIEW_SCRIPT)."""
-    tools = plan.tools
-    if not {"sh", "unshare", "mount"} <= tools.keys():
-        raise SandboxFault("the gvisor tier needs /bin/sh and util-linux unshare and mount")
-    sources = sorted({m.source for m in policy.mounts if m.kind == "bind" and m.read_only})
-    argv = [tools["sh"], "-c", LAUNCH_SCRIPT, "launch", *cgroup.procs_files, "--", "--"] if cgroup else []
-    return [*argv, tools["unshare"], "--mount", "--propagation", "private", "--",
-            tools["sh"], "-c", HOST_VIEW_SCRIPT, "host-view", *sources, "--"]
+    mount namespace in which the host's files the sandbox binds in update no access time
+    (app/sandbox/tiers/access_times.py says why)."""
+    if "sh" not in plan.tools:
+        raise SandboxFault("the gvisor tier needs /bin/sh")
+    sources = sorted({m.source for m in policy.mounts if m.kind == "bind" and m.source})
+    argv = [plan.tools["sh"], "-c", LAUNCH_SCRIPT, "launch", *cgroup.procs_files, "--", "--"] if cgroup else []
+    return [*argv, plan.python, "-I", "-S", "-B", "-c", _access_times_source(), *sources, "--"]
+
+
+@cache
+def _access_times_source() -> str:
+    return Path(access_times.__file__).read_text()
 
 
 def _children() -> dict[int, list[int]]:
