@@ -101,20 +101,20 @@ def job_lost() -> ApiError:
     return ApiError(410, "job_lost", "this job was accepted but the queue no longer has it (Redis lost its "
                     "data, or its result expired); resubmit it (the same request_id runs it again)")
 
-# KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, renew (1/0), RQ's key prefixes of a job,
-# a queue and a StartedJobRegistry, job ids... -> 1 when every id is reserved, 0 (and none is) when they
-# would pass the cap: a batch is queued whole or refused whole. Entries past the horizon are pruned only
-# when they would decide a refusal: below the cap they change nothing, and the prune is a command per
-# job. Past the horizon a job can no longer be running, but it may still be waiting (a backlog older
-# than the horizon lost its slots before, and its tenant could queue past the cap): an entry is kept
-# if its job is still in its queue, or has an execution in its queue's StartedJobRegistry, and is
-# then given the present time, so that each waiting entry is looked at once per horizon, not on every
-# refusal while the backlog lasts. What the job's record says is not enough (a reviewer's attacks): a
-# record says "queued" when Redis lost the push after the record (AOF's last second), "started" when
-# the registry lost the execution, and such a job never runs; its slot must not be held for ever.
-# The queue and the registry are read whole, once per origin and only when a stale entry needs them
-# (a queue is bounded by the tenants' caps; a registry by the lanes). A job between a lane's pop and
-# its registered start (milliseconds) looks gone: its slot may be freed early, once. The set
+# KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, renew (1/0), RQ's key prefixes of a job
+# and of a StartedJobRegistry, job ids... -> 1 when every id is reserved, 0 (and none is) when they would
+# pass the cap: a batch is queued whole or refused whole. Entries past the horizon are pruned only when
+# they would decide a refusal: below the cap they change nothing, and the prune is a command per job.
+# Past the horizon a job can no longer be running, but it may still be waiting (a backlog older than the
+# horizon lost its slots before, and its tenant could queue past the cap). So an entry is kept while its
+# job's record says it waits ("queued": in its queue, or popped by a lane that died before its start,
+# which RQ's maintenance re-queues) or it has an execution in its queue's StartedJobRegistry (a record
+# that says "started" without one is a job whose execution was lost: it never ends, and its slot must
+# not be held for ever; the registry is small, one entry a lane), and a kept entry is given the present
+# time, so that each is looked at once per horizon, not on every refusal while the backlog lasts. The
+# queue itself is not read: it holds every tenant's backlog, and one refusal reading 50,000 ids blocked
+# Redis 20 ms (a reviewer's measurement). The price: a job whose record came back from a Redis crash
+# without its place in the queue (AOF's last second) holds its slot (docs/limits.md). The set
 # gets its TTL when it is made (the ttl bounds what a tenant that stops leaves behind; renewing it
 # was a command per job), and again when ARGV[5] is 1: each API process asks for that on its first
 # reservation for a tenant and then once per half ttl (RedisJobs._renew_due), so a set in use
@@ -122,29 +122,22 @@ def job_lost() -> ApiError:
 # emptied it: the count started again from zero, twice the cap held) and a set without a TTL
 # gets one.
 _RESERVE = """
-local asked = #ARGV - 8
+local asked = #ARGV - 7
 local held = redis.call('ZCARD', KEYS[1])
 if held + asked > tonumber(ARGV[2]) then
-  local waiting, running = {}, {}
-  local function queued(origin, id)
-    if not waiting[origin] then
-      waiting[origin] = {}
-      for _, member in ipairs(redis.call('LRANGE', ARGV[7] .. origin, 0, -1)) do waiting[origin][member] = true end
-    end
-    return waiting[origin][id]
-  end
+  local running = {}
   local function started(origin, id)
     if not running[origin] then
       running[origin] = {}
-      for _, execution in ipairs(redis.call('ZRANGE', ARGV[8] .. origin, 0, -1)) do
+      for _, execution in ipairs(redis.call('ZRANGE', ARGV[7] .. origin, 0, -1)) do
         running[origin][string.match(execution, '^(.*):[^:]*$') or execution] = true
       end
     end
     return running[origin][id]
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])) do
-    local origin = redis.call('HGET', ARGV[6] .. id, 'origin')
-    if origin and (queued(origin, id) or started(origin, id)) then
+    local record = redis.call('HMGET', ARGV[6] .. id, 'status', 'origin')
+    if record[1] == 'queued' or (record[1] == 'started' and record[2] and started(record[2], id)) then
       redis.call('ZADD', KEYS[1], 'XX', ARGV[3], id)
     else
       held = held - redis.call('ZREM', KEYS[1], id)
@@ -152,7 +145,7 @@ if held + asked > tonumber(ARGV[2]) then
   end
   if held + asked > tonumber(ARGV[2]) then return 0 end
 end
-for i = 9, #ARGV do
+for i = 8, #ARGV do
   redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i])
 end
 if held == 0 or ARGV[5] == '1' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
@@ -300,14 +293,14 @@ class RedisJobs:
         if not job_ids:
             return
         # entries older than a job's deadline belong to jobs that can no longer be running (they may
-        # still be waiting: the script looks in RQ's queue and registry)
+        # still be waiting: the script asks RQ's job record and registry)
         horizon = time.time() - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
         now = time.monotonic()
         renew = self._renew_due(tenant, now)
         try:
             reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), horizon, max_in_flight,
                                                    time.time(), QUEUED_RECORD_TTL, int(renew),
-                                                   Job.redis_job_namespace_prefix, Queue.redis_queue_namespace_prefix,
+                                                   Job.redis_job_namespace_prefix,
                                                    StartedJobRegistry.key_template.format(""), *job_ids)
             if renew and int(reserved):
                 self._renewed[tenant] = now
