@@ -9,8 +9,9 @@ one case reading eight chosen files carried a byte to the next. The gofer's bind
 made in this namespace, inherit the flag, so no read of theirs touches an access time; the
 host's own mounts are untouched, and the namespace ends with runsc. Mounts are remounted where
 they are (no bind is added, so nothing mounted under a path is covered), keeping their read-only,
-nosuid, nodev and noexec flags. A mount that holds or lies under a path and cannot be remounted
-ends this program (exit 98) and with it the sandbox's start: never a sandbox with the channel open.
+nosuid, nodev, noexec and nosymfollow flags. A mount that holds or lies under a path and cannot be
+remounted ends this program (exit 98) and with it the sandbox's start: never a sandbox with the
+channel open.
 
 Standard library only (the interpreter runs isolated). The system calls: unshare with
 CLONE_NEWNS alone (the worker container's seccomp profile allows exactly that) and mount."""
@@ -23,9 +24,12 @@ import re
 import sys
 
 CLONE_NEWNS = 0x00020000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_NOSYMFOLLOW = 0x1, 0x2, 0x4, 0x8, 0x100
 MS_REMOUNT, MS_NOATIME, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x400, 0x1000, 0x4000, 0x40000
-KEPT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+# A bind remount sets a mount's flags to exactly those given: every per-mount flag mountinfo shows
+# is kept (nosymfollow too: a reviewer's attack), but the access-time ones, which noatime replaces.
+KEPT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
+              "nosymfollow": MS_NOSYMFOLLOW}
 FAILED = 98
 
 
