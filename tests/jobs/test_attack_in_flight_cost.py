@@ -26,12 +26,11 @@ from app.jobs import keys
 from app.jobs.redis_jobs import _RESERVE, RedisJobs
 from app.settings import Settings
 from tests.jobs.test_attack_in_flight_records import _rq_maintenance
-from tests.jobs.test_expected_results import _work
+from tests.jobs.test_attack_in_flight_ttl import TENANT, _queued
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow  # a Redis server per test
 
-TENANT = "t"
 CAP = 1024  # the documented default (docs/queue-and-tenants.md)
 OTHERS = 50_000  # the other tenants' waiting jobs: about 50 tenants at their cap
 
@@ -131,21 +130,19 @@ def test_a_job_in_the_intermediate_queue_keeps_its_slot(redis_server: RedisServe
     async def run() -> None:
         jobs = RedisJobs(settings, print)
         try:
-            first = await jobs.claim(TENANT, "a", "digest")
-            await jobs.enqueue(TENANT, first.job_id, _work(), max_in_flight=1)
+            first = await _queued(jobs, "a", 1)
             await asyncio.sleep(2.2)  # it waited past the horizon (1 s x (1 + 1)) behind a backlog
             # a lane's dequeue (LMOVE into the intermediate queue), then the lane dies
             assert connection.lmove("rq:queue:impl", "rq:queue:impl:intermediate", "LEFT", "RIGHT") == \
-                first.job_id.encode()
-            second = await jobs.claim(TENANT, "b", "digest")
+                first.encode()
             try:
-                await jobs.enqueue(TENANT, second.job_id, _work(), max_in_flight=1)
+                second = await _queued(jobs, "b", 1)
             except ApiError as exc:
                 assert exc.status == 429
                 return  # refused: the popped job kept its slot
             _rq_maintenance(connection)  # RQ's clean-up of the intermediate queue: a retry
             waiting = [job_id.decode() for job_id in connection.lrange("rq:queue:impl", 0, -1)]
-            assert first.job_id in waiting and second.job_id in waiting, waiting
+            assert first in waiting and second in waiting, waiting
             pytest.fail(f"cap 1, and the tenant has 2 jobs queued ({waiting}): the popped job's slot was "
                         "freed while it sat in RQ's intermediate queue, and RQ re-queued it")
         finally:

@@ -18,29 +18,18 @@ import pytest
 from rq import Queue, SimpleWorker
 from rq.serializers import JSONSerializer
 
-from app.errors import ApiError
 from app.jobs import keys
 from app.jobs.redis_jobs import RedisJobs
 from app.settings import Settings
-from tests.jobs.test_expected_results import _work
+from tests.jobs.test_attack_in_flight_ttl import TENANT, _queued, _refused
+from tests.jobs.test_attack_in_flight_ttl import _settings as _settings_of
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow  # a Redis server per test
 
-TENANT = "t"
 
-
-def _settings(server: RedisServer, job_timeout: int = 1) -> Settings:
-    return Settings(redis_url=server.url, queue={"job_timeout": job_timeout, "retries": 0})
-
-
-async def _refused(jobs: RedisJobs, ids: list[str], cap: int) -> bool:
-    try:
-        await jobs.reserve(TENANT, ids, cap)
-    except ApiError as exc:
-        assert exc.status == 429, exc
-        return True
-    return False
+def _settings(server: RedisServer) -> Settings:
+    return _settings_of(server, job_timeout=1)  # entries past the horizon after 1 s
 
 
 def _rq_maintenance(connection) -> None:
@@ -94,9 +83,7 @@ def test_a_job_whose_push_redis_lost_holds_its_tenants_slot_for_ever(redis_serve
     async def queue_one() -> str:
         jobs = RedisJobs(_settings(redis_server), print)
         try:
-            claim = await jobs.claim(TENANT, "a", "digest")
-            await jobs.enqueue(TENANT, claim.job_id, _work(), max_in_flight=1)
-            return claim.job_id
+            return await _queued(jobs, "a", 1)
         finally:
             await jobs.close()
 
@@ -144,16 +131,15 @@ def test_a_started_record_without_an_execution_holds_its_tenants_slot_for_ever(r
     async def run() -> None:
         jobs = RedisJobs(_settings(redis_server), print)
         try:
-            claim = await jobs.claim(TENANT, "a", "digest")
-            await jobs.enqueue(TENANT, claim.job_id, _work(), max_in_flight=1)
-            connection.lrem("rq:queue:impl", 0, claim.job_id)  # a lane popped it ...
-            connection.hset(f"rq:job:{claim.job_id}", mapping={"status": "started", "worker_name": "lane-gone"})
+            job_id = await _queued(jobs, "a", 1)
+            connection.lrem("rq:queue:impl", 0, job_id)  # a lane popped it ...
+            connection.hset(f"rq:job:{job_id}", mapping={"status": "started", "worker_name": "lane-gone"})
             for _ in range(3):
                 await asyncio.sleep(1.2)
                 _rq_maintenance(connection)
                 if not await _refused(jobs, ["b"], 1):
                     return
-            assert connection.hget(f"rq:job:{claim.job_id}", "status") == b"started"
+            assert connection.hget(f"rq:job:{job_id}", "status") == b"started"
             pytest.fail("a 'started' record with no execution keeps the tenant's only slot past every horizon")
         finally:
             await jobs.close()
@@ -169,14 +155,13 @@ def test_a_job_running_past_the_horizon_keeps_its_slot(redis_server: RedisServer
     async def run() -> None:
         jobs = RedisJobs(_settings(redis_server), print)
         try:
-            claim = await jobs.claim(TENANT, "a", "digest")
-            await jobs.enqueue(TENANT, claim.job_id, _work(), max_in_flight=1)
-            connection.lrem("rq:queue:impl", 0, claim.job_id)  # a lane popped it and started it
-            connection.hset(f"rq:job:{claim.job_id}", mapping={"status": "started", "worker_name": "lane"})
-            connection.zadd("rq:wip:impl", {f"{claim.job_id}:execution-1": time.time() + 60})
+            job_id = await _queued(jobs, "a", 1)
+            connection.lrem("rq:queue:impl", 0, job_id)  # a lane popped it and started it
+            connection.hset(f"rq:job:{job_id}", mapping={"status": "started", "worker_name": "lane"})
+            connection.zadd("rq:wip:impl", {f"{job_id}:execution-1": time.time() + 60})
             await asyncio.sleep(1.2)
             assert await _refused(jobs, ["b"], 1), "a running job older than the horizon lost its slot"
-            connection.zrem("rq:wip:impl", f"{claim.job_id}:execution-1")  # the execution gone, never ended
+            connection.zrem("rq:wip:impl", f"{job_id}:execution-1")  # the execution gone, never ended
             await asyncio.sleep(1.2)
             assert not await _refused(jobs, ["b"], 1)
         finally:

@@ -17,6 +17,7 @@ from app.jobs import keys, redis_jobs
 from app.jobs.leases import Lease, new_token
 from app.jobs.redis_jobs import RedisJobs
 from app.settings import Settings
+from tests.jobs.test_expected_results import _work
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow  # a Redis server per test
@@ -26,6 +27,13 @@ TENANT = "t"
 
 def _settings(server: RedisServer, job_timeout: int = 600) -> Settings:
     return Settings(redis_url=server.url, queue={"job_timeout": job_timeout, "retries": 0})
+
+
+async def _queued(jobs: RedisJobs, request_id: str, cap: int) -> str:
+    """A job of the tenant's, claimed and queued under an in-flight cap of ``cap``: its id."""
+    claim = await jobs.claim(TENANT, request_id, "digest")
+    await jobs.enqueue(TENANT, claim.job_id, _work(), max_in_flight=cap)
+    return claim.job_id
 
 
 async def _refused(jobs: RedisJobs, ids: list[str], cap: int) -> bool:
@@ -191,19 +199,13 @@ def test_a_backlog_older_than_the_horizon_keeps_the_tenants_cap(redis_server: Re
     longer be running, but a job can wait in the queue for longer than that: a tenant whose backlog
     was older than the horizon had its entries pruned at the cap and could queue past it, as many
     as it liked. Only a job that RQ no longer holds as queued or started frees its slot."""
-    from tests.jobs.test_expected_results import _work
-
     connection = redis_server.client()
     key = keys.in_flight(TENANT)
 
     async def run() -> None:
         jobs = RedisJobs(_settings(redis_server, job_timeout=1), print)  # entries past the horizon after 1 s
         try:
-            queued = []
-            for request_id in ("a", "b"):
-                claim = await jobs.claim(TENANT, request_id, "digest")
-                await jobs.enqueue(TENANT, claim.job_id, _work(), max_in_flight=2)
-                queued.append(claim.job_id)
+            queued = [await _queued(jobs, request_id, 2) for request_id in ("a", "b")]
             await asyncio.sleep(1.2)  # both wait, no worker: older than the horizon
             looked_at = time.time()
             assert await _refused(jobs, ["c"], 2), "a waiting backlog older than the horizon lost its slots"
