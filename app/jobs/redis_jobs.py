@@ -62,6 +62,9 @@ def _owner_tenant(record: bytes | str) -> str:
 # starts when the result is written): a job that waits hours behind a backlog is still the
 # client's when it runs. Seven days bounds what a claim whose job was never queued can leave.
 QUEUED_RECORD_TTL = 7 * 24 * 3600
+# A job whose record says it waits holds its in-flight slot for this many of a job's deadlines
+# (job_timeout x (1 + retries), 45 min by default) after it was queued, not for ever (_RESERVE)
+WAITING_HORIZONS = 4
 # How many job ids one API process remembers having handed out (id -> tenant, ~200 bytes each),
 # to tell a job Redis lost from one that never existed.
 ISSUED_MEMORY = 100_000
@@ -102,19 +105,22 @@ def job_lost() -> ApiError:
                     "data, or its result expired); resubmit it (the same request_id runs it again)")
 
 # KEYS[1] the tenant's in-flight set; ARGV horizon, cap, now, ttl, renew (1/0), RQ's key prefixes of a job
-# and of a StartedJobRegistry, job ids... -> 1 when every id is reserved, 0 (and none is) when they would
-# pass the cap: a batch is queued whole or refused whole. Entries past the horizon are pruned only when
-# they would decide a refusal: below the cap they change nothing, and the prune is a command per job.
-# Past the horizon a job can no longer be running, but it may still be waiting (a backlog older than the
-# horizon lost its slots before, and its tenant could queue past the cap). So an entry is kept while its
-# job's record says it waits ("queued": in its queue, or popped by a lane that died before its start,
-# which RQ's maintenance re-queues) or it has an execution in its queue's StartedJobRegistry (a record
-# that says "started" without one is a job whose execution was lost: it never ends, and its slot must
-# not be held for ever; the registry is small, one entry a lane), and a kept entry is given the present
-# time, so that each is looked at once per horizon, not on every refusal while the backlog lasts. The
-# queue itself is not read: it holds every tenant's backlog, and one refusal reading 50,000 ids blocked
-# Redis 20 ms (a reviewer's measurement). The price: a job whose record came back from a Redis crash
-# without its place in the queue (AOF's last second) holds its slot (docs/limits.md). The set
+# and of a StartedJobRegistry, the waiting cutoff, job ids... -> 1 when every id is reserved, 0 (and none
+# is) when they would pass the cap: a batch is queued whole or refused whole. Entries past the horizon
+# are pruned only when they would decide a refusal: below the cap they change nothing, and the prune is
+# a command per job. Past the horizon a job can no longer be running, but it may still be waiting (a
+# backlog older than the horizon lost its slots before, and its tenant could queue past the cap). So an
+# entry is kept while its job's record says it waits ("queued", and queued since the waiting cutoff,
+# WAITING_HORIZONS horizons back) or it has an execution in its queue's StartedJobRegistry (one entry a
+# lane: small), and a kept entry is given the present time, so that each is looked at once per horizon,
+# not on every refusal while the backlog lasts. The queue itself is not read: it holds every tenant's
+# backlog, and one refusal reading 50,000 ids blocked Redis 20 ms (a reviewer's measurement). So the
+# record's word is taken, but not for ever: a record says "queued" for a job no lane will ever take
+# (popped by a lane of two queues that died before its start; a push that a Redis crash lost, AOF's last
+# second), and "started" for one whose execution was lost; their slots come back at the cutoff, or at
+# once. RQ writes enqueued_at in UTC ("2026-12-05T02:50:06.123456Z", rewritten when it re-queues a job);
+# _epoch turns it into seconds (days from the civil date: tests/jobs/test_attack_in_flight_records.py
+# checks it against Python's reading of what RQ wrote). The set
 # gets its TTL when it is made (the ttl bounds what a tenant that stops leaves behind; renewing it
 # was a command per job), and again when ARGV[5] is 1: each API process asks for that on its first
 # reservation for a tenant and then once per half ttl (RedisJobs._renew_due), so a set in use
@@ -122,9 +128,21 @@ def job_lost() -> ApiError:
 # emptied it: the count started again from zero, twice the cap held) and a set without a TTL
 # gets one.
 _RESERVE = """
-local asked = #ARGV - 7
+local function epoch(stamp)
+  local y, m, d, hh, mm, ss = string.match(stamp or '', '^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)')
+  if not y then return nil end
+  y, m = tonumber(y), tonumber(m)
+  if m <= 2 then y, m = y - 1, m + 12 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * (m - 3) + 2) / 5) + tonumber(d) - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return (era * 146097 + doe - 719468) * 86400 + tonumber(hh) * 3600 + tonumber(mm) * 60 + tonumber(ss)
+end
+local asked = #ARGV - 8
 local held = redis.call('ZCARD', KEYS[1])
 if held + asked > tonumber(ARGV[2]) then
+  local cutoff = tonumber(ARGV[8])
   local running = {}
   local function started(origin, id)
     if not running[origin] then
@@ -136,8 +154,9 @@ if held + asked > tonumber(ARGV[2]) then
     return running[origin][id]
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])) do
-    local record = redis.call('HMGET', ARGV[6] .. id, 'status', 'origin')
-    if record[1] == 'queued' or (record[1] == 'started' and record[2] and started(record[2], id)) then
+    local record = redis.call('HMGET', ARGV[6] .. id, 'status', 'origin', 'enqueued_at')
+    local waits = record[1] == 'queued' and (epoch(record[3]) or 0) >= cutoff
+    if waits or (record[1] == 'started' and record[2] and started(record[2], id)) then
       redis.call('ZADD', KEYS[1], 'XX', ARGV[3], id)
     else
       held = held - redis.call('ZREM', KEYS[1], id)
@@ -145,7 +164,7 @@ if held + asked > tonumber(ARGV[2]) then
   end
   if held + asked > tonumber(ARGV[2]) then return 0 end
 end
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   redis.call('ZADD', KEYS[1], ARGV[3], ARGV[i])
 end
 if held == 0 or ARGV[5] == '1' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
@@ -294,14 +313,16 @@ class RedisJobs:
             return
         # entries older than a job's deadline belong to jobs that can no longer be running (they may
         # still be waiting: the script asks RQ's job record and registry)
-        horizon = time.time() - self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
+        clock = time.time()
+        deadline = self.settings.queue.job_timeout * (1 + self.settings.queue.retries)
         now = time.monotonic()
         renew = self._renew_due(tenant, now)
         try:
-            reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), horizon, max_in_flight,
-                                                   time.time(), QUEUED_RECORD_TTL, int(renew),
+            reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), clock - deadline,
+                                                   max_in_flight, clock, QUEUED_RECORD_TTL, int(renew),
                                                    Job.redis_job_namespace_prefix,
-                                                   StartedJobRegistry.key_template.format(""), *job_ids)
+                                                   StartedJobRegistry.key_template.format(""),
+                                                   clock - WAITING_HORIZONS * deadline, *job_ids)
             if renew and int(reserved):
                 self._renewed[tenant] = now
         except REDIS_ERRORS:

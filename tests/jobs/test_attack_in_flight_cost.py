@@ -20,6 +20,8 @@ import time
 import uuid
 
 import pytest
+from rq.utils import now as utc_now
+from rq.utils import utcformat
 
 from app.errors import ApiError
 from app.jobs import keys
@@ -42,8 +44,9 @@ def _backlog(connection, others: int, mine: list[str]) -> None:
     for i in range(0, others, 1000):
         pipe.rpush("rq:queue:impl", *other_ids[i:i + 1000])
     pipe.rpush("rq:queue:impl", *mine)
+    queued_at = utcformat(utc_now())  # as RQ writes it
     for job_id in mine:
-        pipe.hset(f"rq:job:{job_id}", mapping={"origin": "impl", "status": "queued"})
+        pipe.hset(f"rq:job:{job_id}", mapping={"origin": "impl", "status": "queued", "enqueued_at": queued_at})
     pipe.execute()
 
 
@@ -61,7 +64,7 @@ def _script_calls(connection) -> dict[str, int]:
 
 def _reserve(connection, horizon: float, now: float) -> int:
     return int(connection.eval(_RESERVE, 1, keys.in_flight(TENANT), horizon, CAP, now, 3600, 0,
-                               "rq:job:", "rq:wip:", uuid.uuid4().hex))
+                               "rq:job:", "rq:wip:", now - 4 * 2700, uuid.uuid4().hex))
 
 
 def test_one_refusal_with_one_stale_entry_does_not_read_every_tenants_backlog(redis_server: RedisServer) -> None:
