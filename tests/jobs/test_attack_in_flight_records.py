@@ -46,6 +46,18 @@ def _rq_maintenance(connection) -> None:
             connection.set(queue.intermediate_queue.get_first_seen_key(job_id), time.time() - 120)
 
 
+def _one_queued(redis_server: RedisServer) -> str:
+    """A job of the tenant's queued under a cap of one (its API process closed): its id."""
+    async def queue_one() -> str:
+        jobs = RedisJobs(_settings(redis_server), print)
+        try:
+            return await _queued(jobs, "a", 1)
+        finally:
+            await jobs.close()
+
+    return asyncio.run(queue_one())
+
+
 def _aof_commands(server: RedisServer) -> tuple[Path, list[bytes]]:
     """The server's incremental AOF file and its commands (RESP arrays, raw)."""
     incr = sorted((server.dir / "appendonlydir").glob("*.incr.aof"))[-1]
@@ -71,21 +83,15 @@ def test_a_job_whose_push_redis_lost_gives_its_slot_back_at_the_waiting_cutoff(r
     (docker-compose.yml): a crash loses up to a second of writes, in order, so a restart can keep
     the record and lose the push. The job is then in no queue, no registry, and no lane will ever
     take it; RQ's maintenance looks only at its registries and intermediate queues, and the API's
-    view reports it ``queued``. Its in-flight entry used to go at the horizon; now it is kept,
-    refreshed at every look: with a cap of 1 the tenant is refused for ever.
+    view reports it ``queued``. Its in-flight entry used to go at the horizon; the first fix kept
+    it, refreshed at every look: with a cap of 1 the tenant was refused for ever. Now it is kept
+    until the waiting cutoff, then the slot comes back.
 
     Reproduction (real AOF cut): cap 1, job_timeout 1 s, retries 0; queue one job; stop Redis; cut
     the AOF's last command (the RPUSH); restart; wait past the horizon; run RQ's maintenance; reserve."""
     connection = redis_server.client()
 
-    async def queue_one() -> str:
-        jobs = RedisJobs(_settings(redis_server), print)
-        try:
-            return await _queued(jobs, "a", 1)
-        finally:
-            await jobs.close()
-
-    job_id = asyncio.run(queue_one())
+    job_id = _one_queued(redis_server)
     assert connection.lrange("rq:queue:impl", 0, -1) == [job_id.encode()]
     redis_server.stop()
     incr, commands = _aof_commands(redis_server)
@@ -180,14 +186,7 @@ def test_the_script_reads_the_time_rq_queued_a_job_as_rq_wrote_it(redis_server: 
 
     connection = redis_server.client()
 
-    async def queue_one() -> str:
-        jobs = RedisJobs(_settings(redis_server), print)
-        try:
-            return await _queued(jobs, "a", 1)
-        finally:
-            await jobs.close()
-
-    job_id = asyncio.run(queue_one())
+    job_id = _one_queued(redis_server)
     queued_at = utcparse(connection.hget(f"rq:job:{job_id}", "enqueued_at").decode()).timestamp()
     key = keys.in_flight(TENANT)
     verdicts = []
