@@ -119,7 +119,7 @@ def job_lost() -> ApiError:
 # (popped by a lane of two queues that died before its start; a push that a Redis crash lost, AOF's last
 # second), and "started" for one whose execution was lost; their slots come back at the cutoff, or at
 # once. RQ writes enqueued_at in UTC ("2026-12-05T02:50:06.123456Z", rewritten when it re-queues a job);
-# _epoch turns it into seconds (days from the civil date: tests/jobs/test_attack_in_flight_records.py
+# epoch() turns it into seconds (days from the civil date: tests/jobs/test_attack_in_flight_records.py
 # checks it against Python's reading of what RQ wrote). The set
 # gets its TTL when it is made (the ttl bounds what a tenant that stops leaves behind; renewing it
 # was a command per job), and again when ARGV[5] is 1: each API process asks for that on its first
@@ -170,6 +170,13 @@ end
 if held == 0 or ARGV[5] == '1' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
 return 1
 """
+
+
+def reserve_args(tenant: str, job_ids: Sequence[str], *, cap: int, clock: float, horizon: float, cutoff: float,
+                 renew: bool) -> list[Any]:
+    """_RESERVE's key count, key and arguments, in its order (times in seconds of the epoch)."""
+    return [1, keys.in_flight(tenant), horizon, cap, clock, QUEUED_RECORD_TTL, int(renew),
+            Job.redis_job_namespace_prefix, StartedJobRegistry.key_template.format(""), cutoff, *job_ids]
 
 
 class RedisJobs:
@@ -318,11 +325,9 @@ class RedisJobs:
         now = time.monotonic()
         renew = self._renew_due(tenant, now)
         try:
-            reserved = await self.async_redis.eval(_RESERVE, 1, keys.in_flight(tenant), clock - deadline,
-                                                   max_in_flight, clock, QUEUED_RECORD_TTL, int(renew),
-                                                   Job.redis_job_namespace_prefix,
-                                                   StartedJobRegistry.key_template.format(""),
-                                                   clock - WAITING_HORIZONS * deadline, *job_ids)
+            reserved = await self.async_redis.eval(
+                _RESERVE, *reserve_args(tenant, job_ids, cap=max_in_flight, clock=clock, horizon=clock - deadline,
+                                        cutoff=clock - WAITING_HORIZONS * deadline, renew=renew))
             if renew and int(reserved):
                 self._renewed[tenant] = now
         except REDIS_ERRORS:

@@ -25,7 +25,7 @@ from rq.utils import utcformat
 
 from app.errors import ApiError
 from app.jobs import keys
-from app.jobs.redis_jobs import _RESERVE, RedisJobs
+from app.jobs.redis_jobs import _RESERVE, RedisJobs, reserve_args
 from app.settings import Settings
 from tests.jobs.test_attack_in_flight_records import _rq_maintenance
 from tests.jobs.test_attack_in_flight_ttl import TENANT, _queued
@@ -63,8 +63,8 @@ def _script_calls(connection) -> dict[str, int]:
 
 
 def _reserve(connection, horizon: float, now: float) -> int:
-    return int(connection.eval(_RESERVE, 1, keys.in_flight(TENANT), horizon, CAP, now, 3600, 0,
-                               "rq:job:", "rq:wip:", now - 4 * 2700, uuid.uuid4().hex))
+    return int(connection.eval(_RESERVE, *reserve_args(TENANT, [uuid.uuid4().hex], cap=CAP, clock=now, horizon=horizon,
+                                                       cutoff=now - 4 * 2700, renew=False)))
 
 
 def test_one_refusal_with_one_stale_entry_does_not_read_every_tenants_backlog(redis_server: RedisServer) -> None:

@@ -182,7 +182,7 @@ def test_the_script_reads_the_time_rq_queued_a_job_as_rq_wrote_it(redis_server: 
     prunes the entry, a second before it keeps it."""
     from rq.utils import utcparse  # (an aware datetime, in UTC)
 
-    from app.jobs.redis_jobs import _RESERVE
+    from app.jobs.redis_jobs import _RESERVE, reserve_args
 
     connection = redis_server.client()
 
@@ -192,8 +192,8 @@ def test_the_script_reads_the_time_rq_queued_a_job_as_rq_wrote_it(redis_server: 
     verdicts = []
     for cutoff in (queued_at - 1, queued_at + 1, queued_at - 86_400 * 400):
         connection.zadd(key, {job_id: 0})  # past any horizon
-        reserved = connection.eval(_RESERVE, 1, key, 1, 1, time.time(), 3600, 0, "rq:job:", "rq:wip:", cutoff,
-                                   f"new-{cutoff}")
+        reserved = connection.eval(_RESERVE, *reserve_args(TENANT, [f"new-{cutoff}"], cap=1, clock=time.time(),
+                                                           horizon=1, cutoff=cutoff, renew=False))
         verdicts.append(int(reserved))
         connection.delete(key)
     assert verdicts == [0, 1, 0], verdicts  # kept (refused), pruned (reserved), kept: a year back too
@@ -204,7 +204,7 @@ def test_the_script_reads_the_time_rq_queued_a_job_as_rq_wrote_it(redis_server: 
         verdicts = []
         for cutoff in (at, at + 1):
             connection.zadd(key, {job_id: 0})
-            verdicts.append(int(connection.eval(_RESERVE, 1, key, 1, 1, time.time(), 3600, 0, "rq:job:", "rq:wip:",
-                                                cutoff, "new")))
+            verdicts.append(int(connection.eval(_RESERVE, *reserve_args(TENANT, ["new"], cap=1, clock=time.time(),
+                                                                        horizon=1, cutoff=cutoff, renew=False))))
             connection.delete(key)
         assert verdicts == [0, 1], (stamp, verdicts)
