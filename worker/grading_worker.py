@@ -53,13 +53,14 @@ from app.redis_link import REDIS_ERRORS, sync_connection
 from app.sandbox import health as sandbox_health
 from app.settings import Settings, get_settings
 from worker.deadline import JobDeadline
+from worker.dequeue import LaneQueue, requeue_stranded
 
 log = logging.getLogger(__name__)
 QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 _BEAT_MARGIN_SECONDS = 10.0
 _NO_DEADLINE_LEASE_SECONDS = 24 * 3600  # a job without a deadline (RQ's -1): its lease's key lives a day
 FULL_MAINTENANCE_SECONDS = 60
-# An idle lane's BLPOP timeout at most: its chance to beat, send its presence record, run
+# An idle lane's wait for a job (BLMOVE: worker.dequeue) at most: its chance to beat, send its presence record, run
 # maintenance when due, and see a stop request.
 IDLE_DEQUEUE_SECONDS = 5
 CLOCK_SYNC_SECONDS = 300  # how often a lane measures Redis's clock against its host's (one TIME)
@@ -102,9 +103,9 @@ class GradingWorker(LeanBookkeeping):
         # finished, failed, deferred, ready and rate-limit registries, the worker registry, the
         # intermediate queues, the groups) once per FULL_MAINTENANCE_SECONDS: it costs about 12
         # commands a queue and one more a queue for every registered worker, and none of it
-        # delays a job but the intermediate queue's cleanup (RQ re-queues a job that a worker of
-        # one queue popped and died before starting at the second whole pass that sees it: within
-        # two or three minutes).
+        # delays a job but the intermediate lists' clean-up (a job a lane took and died, or lost
+        # to a network cut, before starting goes back at the second whole pass that sees it:
+        # within one or two minutes: worker.dequeue).
         self._requeue_abandoned()
         # whose turn the whole pass is: asked of Redis at most once a period by each lane
         clock = time.monotonic()
@@ -116,7 +117,9 @@ class GradingWorker(LeanBookkeeping):
 
     def clean_registries(self) -> None:
         # RQ's own (BaseWorker.clean_registries, and rq.registry.clean_registries for each queue),
-        # with one change: the StartedJobRegistry is cleaned in Redis's time, as its entries are
+        # with two changes: a job left in a queue's intermediate list goes back to the front of
+        # its queue as it was (worker.dequeue), not through RQ's failure path; and
+        # the StartedJobRegistry is cleaned in Redis's time, as its entries are
         # scored (app.jobs.rq_bookkeeping), not by this host's clock, which may be off Redis's: a
         # lane whose clock leads would take live lanes' jobs for abandoned, and one skipping the
         # pass instead left it undone wherever every host's clock was off Redis's.
@@ -132,7 +135,10 @@ class GradingWorker(LeanBookkeeping):
                 for rate_limit_registry in RateLimitRegistry.all(queue.connection):
                     rate_limit_registry.cleanup()
                 worker_registration.clean_worker_registry(queue)
-                queue.intermediate_queue.cleanup(self, queue)
+                requeued = requeue_stranded(queue)  # in place of RQ's intermediate_queue.cleanup
+                if requeued:
+                    log.warning("%d job(s) taken by a lane that died before starting them went back to the front "
+                                "of queue %s", requeued, queue.name)
                 queue.release_maintenance_lock()
         self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
 
@@ -349,14 +355,16 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
     if not settings.redis_url:
         raise SystemExit("the worker needs SCALING_GRADER_REDIS_URL")
     connection = sync_connection(settings.redis_url)
+    queue_class = LaneQueue.of_one_lane()  # its dequeue never leaves a job in no list (worker.dequeue)
     worker = GradingWorker(
-        [Queue(q, connection=connection, serializer=JSONSerializer) for q in queues],
+        [queue_class(q, connection=connection, serializer=JSONSerializer) for q in queues],
         connection=connection,
         serializer=JSONSerializer,
+        queue_class=queue_class,
         name=name,
         job_monitoring_interval=max(1, math.ceil(settings.queue.heartbeat_interval)),
         maintenance_interval=settings.queue.maintenance_interval,
-        # RQ blocks an idle worker in BLPOP for worker_ttl - 15 seconds and only then beats and
+        # RQ blocks an idle worker for worker_ttl - 15 seconds and only then beats and
         # runs maintenance: a few seconds, not RQ's default 405, so an idle worker both shows as
         # live and re-queues a dead worker's job within seconds. Not longer than the maintenance
         # interval (it is the lane's chance to run maintenance), and not tied to it above

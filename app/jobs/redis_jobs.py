@@ -116,10 +116,11 @@ def job_lost() -> ApiError:
 # not on every refusal while the backlog lasts. The queue itself is not read: it holds every tenant's
 # backlog, and one refusal reading 50,000 ids blocked Redis 20 ms (a reviewer's measurement). So the
 # record's word is taken, but not for ever: a record says "queued" for a job no lane will ever take
-# (popped by a lane of two queues that died before its start; a push that a Redis crash lost, AOF's last
-# second), and "started" for one whose execution was lost; their slots come back at the cutoff, or at
-# once. RQ writes enqueued_at in UTC ("2026-12-05T02:50:06.123456Z", rewritten when it re-queues a job);
-# epoch() turns it into seconds (days from the civil date: tests/jobs/test_attack_in_flight_records.py
+# (a push that a Redis crash lost, AOF's last second; a job a lane took and died before starting is in
+# its queue's intermediate list, and the lanes' maintenance puts it back: worker.dequeue), and "started"
+# for one whose execution was lost; their slots come back at the cutoff, or at once. RQ writes
+# enqueued_at in UTC ("2026-12-05T02:50:06.123456Z", rewritten when it re-queues a job); epoch()
+# turns it into seconds (days from the civil date: tests/jobs/test_attack_in_flight_records.py
 # checks it against Python's reading of what RQ wrote). The set
 # gets its TTL when it is made (the ttl bounds what a tenant that stops leaves behind; renewing it
 # was a command per job), and again when ARGV[5] is 1: each API process asks for that on its first

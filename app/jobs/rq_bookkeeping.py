@@ -13,8 +13,10 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
   RQ's abandoned-job handling reads; its TTL is the heartbeat's, renewed by every beat:
   worker.grading_worker; written as RQ's ``add_execution`` writes it, with the score in Redis's
   time as the lane measured it, not the host's) and the job's ``started`` record (status, started_at, worker_name,
-  last_heartbeat: ``Job.prepare_for_execution``), as RQ writes them, in one pipeline without
-  MULTI/EXEC: 2 commands. Not the worker's ``busy`` state, nor its ``idle`` state after the job
+  last_heartbeat: ``Job.prepare_for_execution``), as RQ writes them, and the id's removal from
+  RQ's intermediate list of its queue, where every lane's dequeue puts it (worker.dequeue; RQ
+  removes it in ``prepare_job_execution``, for a worker of one queue only), in one pipeline
+  without MULTI/EXEC: 3 commands. Not the worker's ``busy`` state, nor its ``idle`` state after the job
   (an HSET each; kept in memory: ``set_state``): the StartedJobRegistry says which worker is
   busy, and the status page and metrics read it there (app.jobs.worker_registry); RQ's own tools
   show a lane as idle. Nor RQ's other records of an execution (``Execution.create``: its hash,
@@ -25,9 +27,9 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
 * ``prepare_job_execution``: RQ writes the job's ``started`` record here, a round trip later, in a
   transaction with a separate job beat writing the same ``last_heartbeat`` again, a worker beat
   (sent only when the worker's key needs one: worker.grading_worker) and a PERSIST of a job key
-  that has no TTL (the service enqueues without ``ttl``). Here: nothing, unless the job was
-  enqueued with a ``ttl`` (PERSIST) or the worker serves one queue (the removal from RQ's
-  intermediate queue). With prepare_execution, 6 commands fewer, and no moment at which the job
+  that has no TTL (the service enqueues without ``ttl``), and the removal from the intermediate
+  list. Here: nothing, unless the job was enqueued with a ``ttl`` (PERSIST). With
+  prepare_execution, 5 commands fewer, and no moment at which the job
   is in the StartedJobRegistry but not ``started`` (which RQ's abandoned-job handling would skip,
   leaving a popped job that never runs).
 * ``handle_execution_ended``: records the end time without RQ's extra job beat (1 command), which
@@ -66,6 +68,7 @@ from uuid import uuid4
 
 from rq import SimpleWorker
 from rq.executions import Execution
+from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.queue import Queue
 from rq.suspension import WORKERS_SUSPENDED
@@ -131,20 +134,19 @@ class LeanBookkeeping(PromptUnsubscribe, SimpleWorker):
             # between would leave a job RQ's abandoned-job handling skips (it re-queues only
             # ``started`` jobs), popped from its queue and never run
             job.prepare_for_execution(self.name, pipeline=pipeline)
+            # and the id off the intermediate list its dequeue moved it to (every lane's dequeue
+            # does: worker.dequeue), in the same round trip: from here the registry holds it
+            pipeline.lrem(IntermediateQueue.get_intermediate_queue_key(Queue.redis_queue_namespace_prefix + job.origin),
+                          1, job.id)
             pipeline.execute()
         return execution
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
-        # the started record went out with the execution's (prepare_execution); what is left of
-        # RQ's, where it applies: a job enqueued with a ttl loses it while it runs, and a worker of
-        # one queue takes the job off its intermediate queue
-        if job.ttl is not None or remove_from_intermediate_queue:
-            with self.connection.pipeline(transaction=False) as pipeline:
-                if job.ttl is not None:
-                    pipeline.persist(job.key)
-                if remove_from_intermediate_queue:
-                    pipeline.lrem(Queue(job.origin, connection=self.connection).intermediate_queue_key, 1, job.id)
-                pipeline.execute()
+        # the started record, and the id's removal from the intermediate list (RQ's for a worker
+        # of one queue), went out with the execution's (prepare_execution); what is left of RQ's,
+        # where it applies: a job enqueued with a ttl loses it while it runs
+        if job.ttl is not None:
+            self.connection.persist(job.key)
         self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")
 
     def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:

@@ -123,9 +123,9 @@ def test_a_job_in_the_intermediate_queue_keeps_its_slot(redis_server: RedisServe
     before registering its start (killed, OOM, a host lost). The job is in neither the queue
     list nor the StartedJobRegistry for as long as RQ's maintenance takes to act on the
     intermediate queue (the second whole pass that sees it: two or three minutes,
-    worker/grading_worker.py): not the milliseconds the script's comment allows for. An entry
+    worker/dequeue.py): not the milliseconds the script's comment allows for. An entry
     past the horizon (the job waited behind a backlog) is pruned then, and the tenant queues
-    another; RQ's maintenance then retries the popped job (back in the queue, at its front): two
+    another; the maintenance then puts the popped job back (in the queue, at its front): two
     jobs in flight under a cap of one. Each lane death in that window adds one."""
     connection = redis_server.client()
     settings = Settings(redis_url=redis_server.url, queue={"job_timeout": 1, "retries": 1})
@@ -143,7 +143,7 @@ def test_a_job_in_the_intermediate_queue_keeps_its_slot(redis_server: RedisServe
             except ApiError as exc:
                 assert exc.status == 429
                 return  # refused: the popped job kept its slot
-            _rq_maintenance(connection)  # RQ's clean-up of the intermediate queue: a retry
+            _rq_maintenance(connection)  # the lanes' clean-up of the intermediate list: back in the queue
             waiting = [job_id.decode() for job_id in connection.lrange("rq:queue:impl", 0, -1)]
             assert first in waiting and second in waiting, waiting
             pytest.fail(f"cap 1, and the tenant has 2 jobs queued ({waiting}): the popped job's slot was "

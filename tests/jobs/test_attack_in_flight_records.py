@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.serializers import JSONSerializer
 
 from app.jobs import keys
@@ -23,7 +23,9 @@ from app.jobs.redis_jobs import RedisJobs
 from app.settings import Settings
 from tests.jobs.test_attack_in_flight_ttl import TENANT, _queued, _refused
 from tests.jobs.test_attack_in_flight_ttl import _settings as _settings_of
+from tests.jobs.test_attack_lost_pop import _age_sighting
 from tests.support.redis_server import RedisServer
+from worker.dequeue import requeue_stranded
 
 pytestmark = pytest.mark.slow  # a Redis server per test
 
@@ -33,17 +35,16 @@ def _settings(server: RedisServer) -> Settings:
 
 
 def _rq_maintenance(connection) -> None:
-    """RQ's own clean-up of the impl queue, as a lane's maintenance pass runs it
-    (worker.grading_worker.clean_registries): the StartedJobRegistry's abandoned jobs and the
-    intermediate queue, twice (the intermediate queue acts at its second look), with a minute
-    between them made to have passed."""
+    """The clean-up of the impl queue a lane's maintenance pass runs
+    (worker.grading_worker.clean_registries): RQ's of the StartedJobRegistry's abandoned jobs, and
+    the intermediate list's (worker.dequeue.requeue_stranded), twice (that acts at its second
+    look), with two minutes between them made to have passed."""
     queue = Queue("impl", connection=connection, serializer=JSONSerializer)
-    worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
     for _ in range(2):
         queue.started_job_registry.cleanup(time.time() + 3600)
-        queue.intermediate_queue.cleanup(worker, queue)
-        for job_id in queue.intermediate_queue.get_job_ids():
-            connection.set(queue.intermediate_queue.get_first_seen_key(job_id), time.time() - 120)
+        requeue_stranded(queue)
+        for job_id in queue.intermediate_queue.get_job_ids():  # its first sight made two passes old
+            _age_sighting(connection, "impl", job_id, 120)
 
 
 def _one_queued(redis_server: RedisServer) -> str:

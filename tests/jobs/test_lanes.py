@@ -302,7 +302,7 @@ def test_auto_lanes_follow_the_cpus_the_worker_is_given_and_idle_lanes_stop(redi
     try:
         assert _lane_count(redis_server, "pinned") == 1
         assert _lane_count(redis_server, "free") == available_cpus()
-        # Idle lanes wait in BLPOP, which no signal interrupts off the main thread: they must
+        # Idle lanes wait in BLMOVE (worker.dequeue), which no signal interrupts off the main thread: they must
         # still see the stop and end cleanly (exit status 0, not the SIGKILL of a stuck worker).
         for worker in (pinned, free):
             worker.send_signal(signal.SIGTERM)

@@ -112,12 +112,38 @@ def test_the_lanes_clean_every_registry_rq_s_own_pass_cleans() -> None:
     assert set(re.findall(r"\b(\w+Registry)\b", theirs)) == set(registries)
     for name in registries.values():
         assert name in ours, name
+    assert "requeue_stranded(queue)" in ours  # in place of RQ's intermediate_queue.cleanup (worker.dequeue)
     steps = ("acquire_maintenance_lock", "clean_registries(queue", "clean_worker_registry(queue)",
              "intermediate_queue.cleanup(self, queue)", "release_maintenance_lock", "last_cleaned_at = now()")
     rq_own = inspect.getsource(rq.worker.base.BaseWorker.clean_registries)
     assert all(step in rq_own for step in steps)
     assert len(re.findall(r"^\s+\S", rq_own, re.M)) <= 12  # nothing added to RQ's few lines
     assert _parameters(StartedJobRegistry.cleanup) == ["self", "timestamp", "exception_handlers"]
+
+
+def test_the_dequeue_the_lanes_replace_is_the_queue_class_s() -> None:
+    # worker.dequeue.LaneQueue: RQ's loop takes each job through its queue class's dequeue_any
+    # (the worker's documented queue_class) and takes DequeueTimeout for an empty wait
+    import rq.worker.base
+    from rq.exceptions import DequeueTimeout
+    from rq.intermediate_queue import IntermediateQueue
+
+    loop = inspect.getsource(rq.worker.base.BaseWorker.dequeue_job_and_maintain_ttl)
+    assert "self.queue_class.dequeue_any(" in loop and "except DequeueTimeout" in loop
+    assert issubclass(DequeueTimeout, Exception)
+    assert "queue_class" in _parameters(BaseWorker.__init__)
+    assert _parameters(Queue.dequeue_any) == ["queues", "timeout", "connection", "job_class", "serializer",
+                                             "death_penalty_class"]
+    assert _parameters(Queue.from_queue_key) == ["queue_key", "connection", "job_class", "serializer",
+                                                "death_penalty_class"]
+    assert _parameters(Job.key_for) == ["job_id"]
+    assert Queue.redis_queue_namespace_prefix == "rq:queue:"
+    # the job's hash, read by the maintenance's script by key (status, enqueued_at)
+    assert Job.key_for("j") == Job.redis_job_namespace_prefix + "j"
+    # the intermediate list, as RQ's single-queue dequeue fills it and its clean-up reads it
+    assert _parameters(IntermediateQueue.get_intermediate_queue_key) == ["queue_key"]
+    assert inspect.getsource(Queue.lmove).count("IntermediateQueue(queue_key") == 1  # RQ's own take fills it
+    assert isinstance(inspect.getattr_static(Queue, "intermediate_queue_key"), property)
 
 
 def test_the_command_thread_can_be_told_to_end_without_waiting_for_it() -> None:
@@ -390,9 +416,10 @@ def test_the_lean_beat_keeps_a_running_job_from_being_taken_for_abandoned(redis_
     assert not connection.exists(f"rq:worker:{live.name}:executions")
 
 
-def test_a_job_s_start_is_two_commands_and_no_execution_record(redis_server) -> None:
-    # the StartedJobRegistry entry and the job's started record: not the worker's busy state (the
-    # registry says it), nor RQ's execution hash and its two indexes (7 commands more)
+def test_a_job_s_start_is_three_commands_and_no_execution_record(redis_server) -> None:
+    # the StartedJobRegistry entry, the job's started record and the id off the intermediate list
+    # (worker.dequeue): not the worker's busy state (the registry says it), nor RQ's execution
+    # hash and its two indexes (7 commands more)
     connection = redis_server.client()
     queue = Queue("contract", connection=connection, serializer=JSONSerializer)
     queue.enqueue(sleeps, 0, job_id="contract-start")
@@ -403,7 +430,7 @@ def test_a_job_s_start_is_two_commands_and_no_execution_record(redis_server) -> 
     job = Job.fetch(queue.pop_job_id(), connection=connection, serializer=JSONSerializer)  # type: ignore[arg-type]
     connection.config_resetstat()
     execution = worker.prepare_execution(job)
-    assert _calls_since_reset(connection) == {"zadd": 1, "hset": 1}
+    assert _calls_since_reset(connection) == {"zadd": 1, "hset": 1, "lrem": 1}
     # busy in memory (RQ's warm stop waits for the job of a busy worker), not in Redis
     assert worker.get_state() == WorkerStatus.BUSY and connection.hget(worker.key, "state") == b"idle"
     assert job.get_status() == JobStatus.STARTED and job.worker_name == "starts"

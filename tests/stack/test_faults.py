@@ -1,5 +1,6 @@
 """Faults across containers: a worker container killed mid-batch, Redis restarted mid-queue, a
-worker cut off the network longer than its heartbeat, and a worker added on the fly. No job a
+worker cut off the network longer than its heartbeat, an idle worker cut off as jobs are queued,
+and a worker added on the fly. No job a
 client submitted may be lost or counted twice. (Runs after test_api.py: these tests disturb
 the stack and leave it with its workers back up.)"""
 
@@ -82,6 +83,43 @@ def test_worker_cut_off_the_network_has_its_job_finished_by_another(client: http
     # records once it succeeded, so the result's attempt says it)
     assert body["result"]["details"]["attempt"] >= 2
     _restore(stack)
+
+
+def test_jobs_queued_into_a_cut_idle_worker_are_all_run(client: httpx.Client, stack: Stack) -> None:
+    """An idle worker is cut off the network and jobs are queued at once: Redis hands one to each
+    of its lanes still waiting, and the answers never arrive (the cut outlasts the lanes' socket
+    timeout, 11 s in this stack). Each such job must still run, once, right (worker.dequeue: it was
+    in its queue's intermediate list, and the maintenance puts it back)."""
+    tag = uuid.uuid4().hex[:8]
+    swallowed: list[str] = []
+    expected: list[str] = []
+    for round_ in range(5):  # a round in which no cut lane waited as the jobs came tests nothing
+        stack.wait_for_workers(stack.workers)
+        assert int(stack.redis_cli("llen", "rq:queue:impl")) == 0
+        container = stack.containers("worker")[0]
+        run("docker", "network", "disconnect", stack.network, container)
+        try:
+            # at once: an idle lane waits 1 s at a time in this stack, and Redis hands the first jobs
+            # to the lanes that have waited longest, the cut ones among them while their wait lasts
+            ids = [submit(client, RIGHT, f"cut-idle-{tag}-{round_}-{i}") for i in range(8)]
+            expected += ids
+            time.sleep(2)  # the other worker's lanes start theirs (off the list); the cut lanes cannot
+            swallowed = [i for i in stack.redis_cli("lrange", "rq:queue:impl:intermediate", "0", "-1").split()
+                         if i in ids]
+            time.sleep(20)
+        finally:
+            run("docker", "network", "connect", "--alias", "worker", stack.network, container, check=False)
+        if swallowed:
+            break
+        collect(client, ids, timeout=120)
+    assert swallowed, "in 5 rounds no cut lane took a job: nothing was tested"
+    results = collect(client, expected, timeout=300)
+    _restore(stack)
+    assert len(results) == len(expected), f"only {len(results)} of {len(expected)} results arrived"
+    for body in results.values():
+        assert body["status"] == "finished" and body["result"]["reward"] == 1.0
+    # a job left on the list never started before it went back: its first attempt is the one
+    assert all(results[i]["result"]["details"]["attempt"] == 1 for i in swallowed)
 
 
 def test_scaling_workers_from_2_to_3_on_the_fly(client: httpx.Client, stack: Stack) -> None:
