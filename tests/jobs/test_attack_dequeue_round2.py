@@ -29,23 +29,16 @@ from rq.exceptions import DequeueTimeout
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
-from rq.worker import WorkerStatus
 
 from app.jobs.leases import TAKEN_ELSEWHERE, Lease
-from tests.jobs.test_attack_lost_pop import _age_sighting, _lane_queues, _queued, _take
+from tests.jobs.test_attack_lost_pop import _age_sighting, _lane, _lane_queues, _queued, _take
+from tests.jobs.test_rq_contract import _calls_since_reset
 from worker.dequeue import STRANDED_AFTER_SECONDS, LaneQueue, intermediate_key, requeue_stranded, sightings_key
 from worker.grading_worker import GradingWorker
 
 pytestmark = pytest.mark.slow  # a Redis server per test
 
 PAST = STRANDED_AFTER_SECONDS + 1
-
-
-def _worker(connection: Any, cls: type[LaneQueue], queues: list[LaneQueue], name: str) -> GradingWorker:
-    lane = GradingWorker(queues, connection=connection, serializer=JSONSerializer, name=name, queue_class=cls)
-    lane.register_birth()
-    lane.set_state(WorkerStatus.IDLE)
-    return lane
 
 
 def _executions(connection: Any, queue: str, job_id: str) -> list[bytes]:
@@ -71,14 +64,14 @@ def _stopped_lane_and_heir(connection: Any, job_id: str) -> tuple[GradingWorker,
     threshold apart, and puts it back; lane B takes it."""
     _queued(connection, "impl", job_id)
     cls_a, queues_a = _lane_queues(connection)
-    lane_a = _worker(connection, cls_a, queues_a, "lane-a")
+    lane_a = _lane(connection, cls_a, queues_a, "lane-a")
     job_a = _take(cls_a, queues_a, connection)
     assert job_a is not None and job_a.id == job_id
     assert requeue_stranded(_impl(connection)) == 0
     _age_sighting(connection, "impl", job_id, PAST)
     assert requeue_stranded(_impl(connection)) == 1
     cls_b, queues_b = _lane_queues(connection)
-    lane_b = _worker(connection, cls_b, queues_b, "lane-b")
+    lane_b = _lane(connection, cls_b, queues_b, "lane-b")
     job_b = _take(cls_b, queues_b, connection)
     assert job_b is not None and job_b.id == job_id
     return lane_a, job_a, lane_b, job_b
@@ -116,7 +109,7 @@ def test_a_sighting_left_by_an_earlier_take_does_not_put_a_live_take_back_at_fir
     queue = _impl(connection)
     _queued(connection, "impl", "z")
     cls, queues = _lane_queues(connection)
-    lane = _worker(connection, cls, queues, "lane-1")
+    lane = _lane(connection, cls, queues, "lane-1")
     job = _take(cls, queues, connection)
     assert job is not None
     assert requeue_stranded(queue) == 0  # seen between take and start
@@ -131,7 +124,7 @@ def test_a_sighting_left_by_an_earlier_take_does_not_put_a_live_take_back_at_fir
     registry.cleanup(time.time())
     assert queue.get_job_ids() == ["z"]
     cls2, queues2 = _lane_queues(connection)
-    lane2 = _worker(connection, cls2, queues2, "lane-2")
+    lane2 = _lane(connection, cls2, queues2, "lane-2")
     job2 = _take(cls2, queues2, connection)
     assert job2 is not None and job2.id == "z"
     assert requeue_stranded(queue) == 0, "put back at first sight, while a live lane was starting it"
@@ -143,7 +136,7 @@ def test_sightings_of_jobs_that_started_are_forgotten(redis_server) -> None:
     connection = redis_server.client()
     queue = _impl(connection)
     cls, queues = _lane_queues(connection)
-    lane = _worker(connection, cls, queues, "lane-1")
+    lane = _lane(connection, cls, queues, "lane-1")
     for i in range(20):
         _queued(connection, "impl", f"job-{i}")
         job = _take(cls, queues, connection)
@@ -274,8 +267,7 @@ def test_the_lanes_state_is_their_own(redis_server) -> None:
         _take(cls1, queues1, connection)
     with pytest.raises(DequeueTimeout):
         _take(cls2, queues2, connection)
-    stats = connection.info("commandstats")
-    assert int(stats["cmdstat_lmove"]["calls"]) == 1 + 2 and int(stats["cmdstat_blmove"]["calls"]) == 2
+    assert _calls_since_reset(connection) == {"lmove": 1 + 2, "blmove": 2}
     assert LaneQueue._waits_on is None and LaneQueue._waited_empty is False  # the base class is untouched
 
 

@@ -20,6 +20,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
+from tests.jobs.test_rq_contract import _calls_since_reset
 from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, until
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
@@ -54,10 +55,12 @@ def _take(cls: type[LaneQueue], queues: list[LaneQueue], connection: Any, timeou
     return None if taken is None else taken[0]
 
 
-def _calls(connection: Any) -> dict[str, int]:
-    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in connection.info("commandstats").items()}
-    calls.pop("config|resetstat", None)
-    return calls
+def _lane(connection: Any, cls: type[LaneQueue], queues: list[LaneQueue], name: str) -> GradingWorker:
+    """A lane's worker of these queues, registered and idle, as RQ's loop leaves it before a take."""
+    lane = GradingWorker(queues, connection=connection, serializer=JSONSerializer, name=name, queue_class=cls)
+    lane.register_birth()
+    lane.set_state(WorkerStatus.IDLE)
+    return lane
 
 
 def _age_sighting(connection: Any, queue: str, job_id: str, seconds: float) -> None:
@@ -86,12 +89,10 @@ def test_every_take_moves_the_id_into_its_queue_s_intermediate_list_until_the_st
     assert second is not None and second.id == "j-1"
     assert connection.lrange(intermediate_key("rq:queue:judge"), 0, -1) == [b"j-1"]
     # the start takes it off, in the same round trip as the execution's entry
-    lane = GradingWorker(queues, connection=connection, serializer=JSONSerializer, name="starts", queue_class=cls)
-    lane.register_birth()
-    lane.set_state(WorkerStatus.IDLE)  # as RQ's loop does before it dequeues
+    lane = _lane(connection, cls, queues, "starts")
     connection.config_resetstat()
     execution = lane.prepare_execution(first)
-    assert _calls(connection) == {"zadd": 1, "hset": 1, "lrem": 1}
+    assert _calls_since_reset(connection) == {"zadd": 1, "hset": 1, "lrem": 1}
     assert connection.llen(intermediate_key("rq:queue:impl")) == 0
     assert execution.composite_key.encode() in connection.zrange("rq:wip:impl", 0, -1)
 
@@ -103,24 +104,24 @@ def test_an_idle_lane_waits_where_it_last_took_a_job_and_looks_in_the_others_aft
     connection.config_resetstat()
     with pytest.raises(DequeueTimeout):
         _take(cls, queues, connection)  # a look in each (it has just started), then a wait on the first
-    assert _calls(connection) == {"lmove": 2, "blmove": 1}
+    assert _calls_since_reset(connection) == {"lmove": 2, "blmove": 1}
     # a job queued where the lane did not wait: its look after the empty wait takes it
     _queued(connection, "judge", "j-2")
     connection.config_resetstat()
     taken = _take(cls, queues, connection)
     assert taken is not None and taken.id == "j-2"
-    assert _calls(connection) == {"lmove": 1, "hgetall": 1}  # the move, and the job's record (as RQ's)
+    assert _calls_since_reset(connection) == {"lmove": 1, "hgetall": 1}  # the move, and the job's record (as RQ's)
     # it now waits on judge: impl looked at first (the priority), the wait covers judge
     connection.config_resetstat()
     with pytest.raises(DequeueTimeout):
         _take(cls, queues, connection)
-    assert _calls(connection) == {"lmove": 1, "blmove": 1}
+    assert _calls_since_reset(connection) == {"lmove": 1, "blmove": 1}
     # idle: a wait and a look in the other queue, two commands a wait (RQ's BLPOP was one)
     connection.config_resetstat()
     for _ in range(3):
         with pytest.raises(DequeueTimeout):
             _take(cls, queues, connection)
-    assert _calls(connection) == {"lmove": 3, "blmove": 3}
+    assert _calls_since_reset(connection) == {"lmove": 3, "blmove": 3}
     _queued(connection, "impl", "i-2")
     taken = _take(cls, queues, connection)
     assert taken is not None and taken.id == "i-2"
@@ -134,11 +135,11 @@ def test_a_lane_of_one_queue_costs_one_command_a_wait_as_rq_s_own(redis_server) 
     for _ in range(3):
         with pytest.raises(DequeueTimeout):
             _take(cls, queues, connection)
-    assert _calls(connection) == {"blmove": 3}
+    assert _calls_since_reset(connection) == {"blmove": 3}
     _queued(connection, "impl", "i-one")
     connection.config_resetstat()
     taken = _take(cls, queues, connection)
-    assert taken is not None and taken.id == "i-one" and _calls(connection) == {"blmove": 1, "hgetall": 1}
+    assert taken is not None and taken.id == "i-one" and _calls_since_reset(connection) == {"blmove": 1, "hgetall": 1}
 
 
 def test_each_lane_waits_by_its_own_record_and_an_idle_one_takes_what_a_busy_one_cannot(redis_server) -> None:
