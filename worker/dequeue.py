@@ -30,6 +30,7 @@ from rq import Queue
 from rq.exceptions import DequeueTimeout, NoSuchJobError
 from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
+from rq.utils import as_text
 
 from app.redis_link import REDIS_ERRORS
 
@@ -65,7 +66,8 @@ for i = 1, #sightings, 2 do
 end
 local listed, moved, running = {}, 0, nil
 for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-  local queued_at = redis.call('HGET', ARGV[2] .. id, 'enqueued_at') or ''
+  local record = redis.call('HMGET', ARGV[2] .. id, 'enqueued_at', 'status')
+  local queued_at, status = record[1] or '', record[2]
   local first = seen[id]
   if listed[id] then
   elseif not first or first.queued_at ~= queued_at then
@@ -75,7 +77,6 @@ for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
     listed[id] = true
   else
     redis.call('LREM', KEYS[1], 1, id)
-    local status = redis.call('HGET', ARGV[2] .. id, 'status')
     local started = false
     if status == 'queued' then
       running = running or redis.call('ZRANGE', KEYS[3], 0, -1)
@@ -177,7 +178,7 @@ class LaneQueue(Queue):
     @classmethod
     def _took(cls, queue_key: str, job_id: bytes | str) -> tuple[str, str]:
         cls._waits_on, cls._waited_empty = queue_key, False
-        return queue_key, _text(job_id)
+        return queue_key, as_text(job_id)
 
 
 def sightings_key(queue_key: str) -> str:
@@ -191,15 +192,11 @@ def requeue_stranded(queue: Queue) -> int:
     maintenance pass that finds it there STRANDED_AFTER_SECONDS or more after a pass first did:
     with RQ's whole pass once a minute, one to two minutes after it was taken. Unlike RQ's clean-up
     of the list, which counts such a job as failed (a retry spent, or a failed job when none is
-    left), a job that never started goes back as it was. One LRANGE a pass when the list is
-    empty (as RQ's). Returns how many went back."""
+    left), a job that never started goes back as it was. One LLEN a pass when the list is empty
+    (RQ's read it whole). Returns how many went back."""
     connection = queue.connection
-    if not connection.lrange(queue.intermediate_queue_key, 0, -1):
+    if not connection.llen(queue.intermediate_queue_key):
         return 0  # (sightings a pass left lapse with their record's TTL; a new take is a new sighting)
     return int(connection.eval(_REQUEUE, 4, queue.intermediate_queue_key, queue.key, queue.started_job_registry.key,
                                sightings_key(queue.key), STRANDED_AFTER_SECONDS, Job.redis_job_namespace_prefix,
                                _SIGHTINGS_TTL_SECONDS))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

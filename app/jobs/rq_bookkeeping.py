@@ -68,7 +68,6 @@ from uuid import uuid4
 
 from rq import SimpleWorker
 from rq.executions import Execution
-from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.queue import Queue
 from rq.suspension import WORKERS_SUSPENDED
@@ -136,8 +135,7 @@ class LeanBookkeeping(PromptUnsubscribe, SimpleWorker):
             job.prepare_for_execution(self.name, pipeline=pipeline)
             # and the id off the intermediate list its dequeue moved it to (every lane's dequeue
             # does: worker.dequeue), in the same round trip: from here the registry holds it
-            pipeline.lrem(IntermediateQueue.get_intermediate_queue_key(Queue.redis_queue_namespace_prefix + job.origin),
-                          1, job.id)
+            pipeline.lrem(Queue(job.origin, connection=self.connection).intermediate_queue_key, 1, job.id)
             pipeline.execute()
         return execution
 
