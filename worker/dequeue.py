@@ -23,7 +23,7 @@ idle lane of two queues costs two commands a wait (RQ's BLPOP was one); a lane o
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from rq import Queue
@@ -37,9 +37,10 @@ from app.redis_link import REDIS_ERRORS
 log = logging.getLogger(__name__)
 
 # How long after a maintenance pass first finds an id in an intermediate list it may put the job
-# back (at a later pass: RQ's whole passes run once a minute). A lane is between its take and its
-# start for milliseconds; one stopped or frozen longer than this (SIGSTOP, a VM paused) starts the
-# job after it went back, which the job's lease keeps from being graded twice (app.jobs.leases).
+# back (at a later pass: the maintenance looks once a minute: worker.grading_worker). A lane is
+# between its take and its start for milliseconds; one stopped or frozen longer than this
+# (SIGSTOP, a VM paused) starts the job after it went back, which the job's lease keeps from being
+# graded twice (app.jobs.leases).
 STRANDED_AFTER_SECONDS = 30
 
 # KEYS: the intermediate list, the queue, the queue's StartedJobRegistry, the list's record of when
@@ -115,11 +116,14 @@ class LaneQueue(Queue):
 
     _waits_on: ClassVar[str | None] = None  # the queue key the lane last took a job from
     _waited_empty: ClassVar[bool] = False  # the last wait ended with nothing: look in the others
+    # called as the lane, its queues found empty, is about to wait for a job (its worker's
+    # _send_jobs_done: what it has kept for a quiet moment goes out before one)
+    before_wait: ClassVar[Callable[[], None] | None] = None
 
     @classmethod
     def of_one_lane(cls) -> type[LaneQueue]:
         """A queue class of its own, for one lane's worker (its state is the lane's)."""
-        return type(cls.__name__, (cls,), {"_waits_on": None, "_waited_empty": False})
+        return type(cls.__name__, (cls,), {"_waits_on": None, "_waited_empty": False, "before_wait": None})
 
     @classmethod
     def dequeue_any(cls, queues: Iterable[Queue], timeout: int | None, connection: Any,
@@ -169,6 +173,8 @@ class LaneQueue(Queue):
                 return cls._took(queue_key, job_id)
         if timeout is None:
             return None
+        if cls.before_wait is not None:
+            cls.before_wait()
         job_id = connection.blmove(waits_on, intermediate_key(waits_on), timeout)
         if job_id is None:
             cls._waited_empty = True
@@ -190,9 +196,9 @@ def requeue_stranded(queue: Queue) -> int:
     """Put back at the front of ``queue`` each job left in its intermediate list (a lane took it
     and died, or lost the answer to a network cut, before the job's start was written), at a
     maintenance pass that finds it there STRANDED_AFTER_SECONDS or more after a pass first did:
-    with RQ's whole pass once a minute, one to two minutes after it was taken. Unlike RQ's clean-up
-    of the list, which counts such a job as failed (a retry spent, or a failed job when none is
-    left), a job that never started goes back as it was. One LLEN a pass when the list is empty
+    with the maintenance's look once a minute, one to two minutes after it was taken. Unlike RQ's
+    clean-up of the list, which counts such a job as failed (a retry spent, or a failed job when
+    none is left), a job that never started goes back as it was. One LLEN a pass when the list is empty
     (RQ's read it whole). Returns how many went back."""
     connection = queue.connection
     if not connection.llen(queue.intermediate_queue_key):

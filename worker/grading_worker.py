@@ -23,7 +23,8 @@ What is added to SimpleWorker:
   and the worker's key is renewed only when it would otherwise expire before the next beat.
 * One maintenance pass per interval for the whole deployment (RQ's runs on every worker, and its
   cost grows with the number of workers each pass lists), and of it only the look for abandoned
-  jobs every interval: RQ's whole pass once a minute.
+  jobs every interval, the look for jobs taken and never started once a minute, RQ's whole pass
+  every five minutes.
 * Fewer of RQ's worker beats (only those the worker's key needs), and the lane's presence record
   (app.jobs.presence) on the same beat."""
 
@@ -47,7 +48,7 @@ from app.graders.kinds import queue_names
 from app.jobs import keys, leases, presence, worker_health
 from app.jobs.case_secret import restore_known_secret, with_deployment_secret
 from app.jobs.leases import Lease
-from app.jobs.rq_bookkeeping import LeanBookkeeping
+from app.jobs.rq_bookkeeping import JOBS_DONE_FIELD, LeanBookkeeping
 from app.jobs.worker_registry import record_sandbox_tier
 from app.redis_link import REDIS_ERRORS, sync_connection
 from app.sandbox import health as sandbox_health
@@ -59,7 +60,8 @@ log = logging.getLogger(__name__)
 QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 _BEAT_MARGIN_SECONDS = 10.0
 _NO_DEADLINE_LEASE_SECONDS = 24 * 3600  # a job without a deadline (RQ's -1): its lease's key lives a day
-FULL_MAINTENANCE_SECONDS = 60
+FULL_MAINTENANCE_SECONDS = 60  # the look for stranded jobs (run_maintenance_tasks)
+REGISTRY_MAINTENANCE_SECONDS = 300  # RQ's whole pass of its registries
 # An idle lane's wait for a job (BLMOVE: worker.dequeue) at most: its chance to beat, send its presence record, run
 # maintenance when due, and see a stop request.
 IDLE_DEQUEUE_SECONDS = 5
@@ -99,21 +101,35 @@ class GradingWorker(LeanBookkeeping):
     def run_maintenance_tasks(self) -> None:
         # Every interval, only what must be prompt: the queues' abandoned jobs (RQ's own
         # StartedJobRegistry.cleanup, after one command a queue that finds whether there are
-        # any), so that a dead lane's job is re-queued within seconds. RQ's whole pass (the
+        # any), so that a dead lane's job is re-queued within seconds. Once per
+        # FULL_MAINTENANCE_SECONDS, the look for jobs a lane took and never started (it died, or
+        # lost the answer to a network cut: worker.dequeue), an LLEN a queue: such a job goes back
+        # at the second look that finds it, within one or two minutes. RQ's whole pass (the
         # finished, failed, deferred, ready and rate-limit registries, the worker registry, the
-        # intermediate queues, the groups) once per FULL_MAINTENANCE_SECONDS: it costs about 12
-        # commands a queue and one more a queue for every registered worker, and none of it
-        # delays a job but the intermediate lists' clean-up (a job a lane took and died, or lost
-        # to a network cut, before starting goes back at the second whole pass that sees it:
-        # within one or two minutes: worker.dequeue).
+        # groups; that look with it) once per REGISTRY_MAINTENANCE_SECONDS, in the minute's turn:
+        # about 20 commands for two queues and more for every registered worker, none of it
+        # urgent (the service keeps no finished jobs, defers none and fails few; a dead worker's
+        # records expire by themselves). Once a minute it was a third of a busy stack's upkeep.
         self._requeue_abandoned()
-        # whose turn the whole pass is: asked of Redis at most once a period by each lane
+        # whose turn the minute's pass is: asked of Redis at most once a period by each lane
         clock = time.monotonic()
         if clock - self._full_pass_asked_at >= FULL_MAINTENANCE_SECONDS:
             self._full_pass_asked_at = clock
             if self.connection.set(keys.FULL_MAINTENANCE, self.name, nx=True, ex=FULL_MAINTENANCE_SECONDS):
-                super().run_maintenance_tasks()  # (its registries' cleanup: clean_registries below)
+                if self.connection.set(keys.REGISTRY_MAINTENANCE, self.name, nx=True,
+                                       ex=REGISTRY_MAINTENANCE_SECONDS):
+                    super().run_maintenance_tasks()  # (its registries' cleanup, and that look: clean_registries)
+                else:
+                    self._requeue_stranded()
         self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
+
+    def _requeue_stranded(self) -> None:
+        """The look for jobs stranded in the queues' intermediate lists (worker.dequeue), logged."""
+        for queue in self.queues:
+            requeued = requeue_stranded(queue)
+            if requeued:
+                log.warning("%d job(s) taken by a lane that died before starting them went back to the front "
+                            "of queue %s", requeued, queue.name)
 
     def clean_registries(self) -> None:
         # RQ's own (BaseWorker.clean_registries, and rq.registry.clean_registries for each queue),
@@ -135,11 +151,11 @@ class GradingWorker(LeanBookkeeping):
                 for rate_limit_registry in RateLimitRegistry.all(queue.connection):
                     rate_limit_registry.cleanup()
                 worker_registration.clean_worker_registry(queue)
-                requeued = requeue_stranded(queue)  # in place of RQ's intermediate_queue.cleanup
-                if requeued:
-                    log.warning("%d job(s) taken by a lane that died before starting them went back to the front "
-                                "of queue %s", requeued, queue.name)
                 queue.release_maintenance_lock()
+        # in place of RQ's intermediate_queue.cleanup (worker.dequeue), and whether or not RQ's lock
+        # of a queue was had (a lane that died or lost Redis in its pass holds it 899 s): the look
+        # for stranded jobs is one script, safe beside another look
+        self._requeue_stranded()
         self.last_cleaned_at = now()  # type: ignore[assignment]  # RQ annotates it as its initial None
 
     def _requeue_abandoned(self) -> None:
@@ -221,6 +237,7 @@ class GradingWorker(LeanBookkeeping):
         # beat never shortens the key's life: RQ's beats set the TTL, they do not add to it.
         if self._worker_beat_due(self.dequeue_timeout):
             self._beat_worker_key(timeout, pipeline)
+        self._send_jobs_done(only_if_due=True)  # (RQ beats from the lane's main thread: between jobs)
         if time.monotonic() - self._clock_synced_at >= CLOCK_SYNC_SECONDS:
             self._sync_clock()
         # not on RQ's pipeline (only its suspension check passes one): the reply says whether the
@@ -319,17 +336,26 @@ class GradingWorker(LeanBookkeeping):
     def _beat_once(self, job: Job, execution: Any, lease: Lease) -> None:
         """One beat of a running job, in one round trip: the execution's entry in RQ's
         StartedJobRegistry, which is also the job's lease (app.jobs.leases), only if RQ has not
-        removed it (XX); when due, the worker's key and the lane's presence."""
+        removed it (XX); when due, the worker's key, the worker's count of jobs done (jobs done
+        before a long job: app.jobs.rq_bookkeeping) and the lane's presence."""
         worker_beat = self._worker_beat_due(self.job_monitoring_interval)
         worker_ttl = self.job_monitoring_interval + 60  # as RQ's maintain_heartbeats gives the worker's key
+        # (the main thread counts a job done while this thread lives, and writes the count only
+        # once it has joined it: the two never write it at once, and a total written late is not
+        # lower than one written before it)
+        jobs_done = self.successful_job_count if self._jobs_done_due() else None
         with self.connection.pipeline(transaction=False) as pipeline:
             # XX: not put back once RQ removed it; CH: the reply says whether it was still there
             # (its score, a float, changes with every beat; RQ's cleanup reads it as its own)
             self._add_execution(job, execution, pipeline, xx=True, ch=True)
             if worker_beat:
                 self._beat_worker_key(worker_ttl, pipeline)
+            if jobs_done is not None:
+                pipeline.hset(self.key, JOBS_DONE_FIELD, jobs_done)
             published = self._publish_presence(pipeline)
             replies = pipeline.execute()
+        if jobs_done is not None:
+            self._jobs_done_sent = jobs_done
         if published:
             self._presence_sent(replies[-1])
         if replies[0] != 1 and lease.taken and not lease.lost:  # logged once
@@ -345,7 +371,7 @@ class GradingWorker(LeanBookkeeping):
             # the worker's key had expired (a stall past its TTL, or Redis lost it): the HSET made
             # a hash with one field, so the whole record goes back, with its TTL (as RQ does)
             with self.connection.pipeline(transaction=False) as pipeline:
-                pipeline.hset(self.key, mapping=self.serialize())
+                pipeline.hset(self.key, mapping={**self.serialize(), JOBS_DONE_FIELD: self._jobs_done_sent})
                 pipeline.expire(self.key, worker_ttl)
                 pipeline.execute()
 
@@ -372,6 +398,7 @@ def build_worker(settings: Settings, queues: tuple[str, ...] = QUEUES, name: str
         worker_ttl=15 + min(settings.queue.maintenance_interval, IDLE_DEQUEUE_SECONDS),
     )
     worker.heartbeat_grace = settings.queue.heartbeat_grace
+    queue_class.before_wait = worker._send_jobs_done  # its count of jobs done, sent as it goes idle
     # A lane drops out of the listing (the status page, /readyz's live workers) this long after its
     # last record: the grace past a missed chance to send one, and two chances more, so that the
     # record is sent once every 20 s by default (_publish_presence), not every 10 s

@@ -47,5 +47,8 @@ def lease(job_id: str) -> str:
 RESULTS_CHANNEL = f"{PREFIX}:results"
 # Held (SET NX EX) by the one worker lane of the deployment that runs the queues' maintenance.
 MAINTENANCE = f"{PREFIX}:maintenance"
-# held for a while by the lane that last ran RQ's whole maintenance pass (worker.grading_worker)
+# held for a minute by the lane that last ran the minute's pass (worker.grading_worker): the look for
+# jobs stranded between a lane's take and its start, and RQ's whole pass when that is due
 FULL_MAINTENANCE = f"{PREFIX}:maintenance:full"
+# held for five minutes by the lane that last ran RQ's whole maintenance pass of its registries
+REGISTRY_MAINTENANCE = f"{PREFIX}:maintenance:registries"

@@ -35,12 +35,19 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
 * ``handle_execution_ended``: records the end time without RQ's extra job beat (1 command), which
   keeps the job's heartbeat fresh while success or failure callbacks run; there are none.
 * ``handle_job_success``: what RQ does with ``result_ttl=0`` (the job's records deleted once it
-  succeeded: the service's result key holds the result), plus the worker's count of jobs done
-  (the status page shows it; not RQ's total working time, which nothing reads), in one
-  pipeline: the worker's count, a DEL of the job hash and the entry in the StartedJobRegistry (3
-  commands, against about 20 for RQ's path). A job that uses
-  anything this skips (repeats, success callbacks, a rate limit, a result TTL other than 0)
-  takes RQ's own path.
+  succeeded: the service's result key holds the result) in one pipeline: a DEL of the job hash
+  and the entry in the StartedJobRegistry (2 commands, against about 20 for RQ's path). Not RQ's
+  total working time, which nothing reads. The worker's count of jobs done (RQ's
+  ``successful_job_count``, which the status page shows: the lane's jobs since its registration)
+  is kept in memory and written for several jobs at once, as a total (an HSET, which a retry
+  after a lost reply cannot count twice, where an HINCRBY of the run would): as the lane, its
+  queues empty, goes to wait for work (worker.dequeue), as it stops, and once the oldest job not
+  yet in it is JOBS_DONE_EVERY_SECONDS old (between jobs, or with a running job's heartbeat:
+  worker.grading_worker). One command a job was one a minute for a lane that is never idle. A lane
+  killed outright, or stopped while Redis is away, takes the part not yet written with it (the
+  count only informs: grades are counted with their results, app.jobs.leases). A job that uses
+  anything this skips (repeats, success callbacks, a rate limit, a result TTL other than 0) takes
+  RQ's own path.
 * ``set_state``: ``busy`` and ``idle`` around each job are kept in memory only (RQ's warm stop
   reads them; the StartedJobRegistry tells others which worker is busy); other states (its start,
   ``suspended``) are written as RQ writes them, an unchanged one not again outside a pipeline.
@@ -77,6 +84,10 @@ from rq.worker import WorkerStatus
 from app.jobs.command_channel import PromptUnsubscribe
 
 SUSPENSION_CHECK_SECONDS = 15.0  # an operator's pause, not a safety stop: a lane finishes its job first anyway
+# How long a job done may wait to be in RQ's record of the worker's count (sent between jobs, or
+# with the next heartbeat of a running job: within a heartbeat interval more)
+JOBS_DONE_EVERY_SECONDS = 60.0
+JOBS_DONE_FIELD = "successful_job_count"  # RQ's field of the worker's hash
 
 
 class _Unsent:
@@ -108,6 +119,10 @@ class LeanBookkeeping(PromptUnsubscribe, SimpleWorker):
     # whose clocks disagree read each other's entries alike; counted from the monotonic clock, so
     # that a host clock stepped between two measurements does not move them.
     _registry_base: float | None = None
+    # the count of jobs done as last written to Redis (RQ's successful_job_count, held in memory,
+    # is the lane's total since its registration: _send_jobs_done)
+    _jobs_done_sent = 0
+    _jobs_done_since = 0.0  # monotonic time the oldest job done not in it was done
 
     def _registry_now(self) -> float:
         """Now, in Redis's time as last measured: the clock of the StartedJobRegistry's scores."""
@@ -151,12 +166,14 @@ class LeanBookkeeping(PromptUnsubscribe, SimpleWorker):
         job.ended_at = now()
 
     def handle_job_success(self, job: Job, queue: Queue, started_job_registry: Any, execution: Execution) -> None:
+        if not self._jobs_done_unsent():
+            self._jobs_done_since = time.monotonic()
+        self.successful_job_count += 1  # (RQ's own path also adds it to Redis: the total written later agrees)
         if not lean_success_applies(job):
             super().handle_job_success(job, queue, started_job_registry, execution)
             return
         assert job.started_at is not None and job.ended_at is not None
         with self.connection.pipeline(transaction=False) as pipeline:
-            self.increment_successful_job_count(pipeline=pipeline)
             pipeline.delete(job.key)
             started_job_registry.remove_execution(execution, pipeline=pipeline)
             self.set_state(WorkerStatus.IDLE, pipeline=pipeline)  # in memory (set_state)
@@ -164,6 +181,31 @@ class LeanBookkeeping(PromptUnsubscribe, SimpleWorker):
         self.executions.pop(execution.id, None)
         self.log.info("Successfully completed job %s in %ss on worker %s", job.id, job.ended_at - job.started_at,
                       self.name)
+
+    def _jobs_done_unsent(self) -> bool:
+        return self.successful_job_count != self._jobs_done_sent
+
+    def _jobs_done_due(self) -> bool:
+        """Jobs done are not yet in RQ's record, the oldest for JOBS_DONE_EVERY_SECONDS."""
+        return self._jobs_done_unsent() and time.monotonic() - self._jobs_done_since >= JOBS_DONE_EVERY_SECONDS
+
+    def _send_jobs_done(self, only_if_due: bool = False) -> None:
+        """RQ's count of this worker's jobs done, written as the total (one HSET) when jobs done are
+        not in it yet; with ``only_if_due``, only once the oldest of them is due (_jobs_done_due).
+        From the lane's main thread, between jobs (a running job's heartbeat sends it otherwise)."""
+        if not (self._jobs_done_due() if only_if_due else self._jobs_done_unsent()):
+            return
+        total = self.successful_job_count
+        self.connection.hset(self.key, JOBS_DONE_FIELD, total)
+        self._jobs_done_sent = total
+
+    def register_birth(self) -> None:
+        super().register_birth()  # (a new record: the lane's count goes in again, whole)
+        self._jobs_done_sent, self._jobs_done_since = 0, time.monotonic()
+
+    def register_death(self) -> None:
+        self._send_jobs_done()  # RQ keeps a stopped worker's record for a minute: its count whole
+        super().register_death()
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
         if state in _JOB_STATES and self.get_state() in _JOB_STATES:

@@ -20,11 +20,12 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
+from app.jobs import keys
 from tests.jobs.test_rq_contract import _calls_since_reset
 from tests.support.impl_jobs import EXERCISE, FAST_QUEUE, RIGHT, until
 from tests.support.redis_server import RedisServer
 from tests.support.server import running_server
-from tests.support.tcp_proxy import PausableProxy
+from tests.support.tcp_proxy import CountingProxy, PausableProxy
 from tests.support.workers import start_worker, stop_worker
 from worker.dequeue import STRANDED_AFTER_SECONDS, LaneQueue, intermediate_key, requeue_stranded, sightings_key
 from worker.grading_worker import GradingWorker
@@ -39,10 +40,10 @@ def noop() -> str:
     return "done"
 
 
-def _queued(connection: Any, queue: str, job_id: str) -> Job:
+def _queued(connection: Any, queue: str, job_id: str, **options: Any) -> Job:
     # with a retry, as the service queues its jobs (app.jobs.redis_jobs): putting a job back spends none
     return Queue(queue, connection=connection, serializer=JSONSerializer).enqueue(
-        noop, job_id=job_id, retry=Retry(max=1, enqueue_at_front=True))
+        noop, job_id=job_id, retry=Retry(max=1, enqueue_at_front=True), **options)
 
 
 def _lane_queues(connection: Any) -> tuple[type[LaneQueue], list[LaneQueue]]:
@@ -223,6 +224,35 @@ def test_a_job_taken_and_never_started_goes_back_to_the_front_at_the_second_look
     assert requeue_stranded(queue) == 0 and queue.get_job_ids().count("stranded") == 1
 
 
+
+def test_the_minute_s_pass_between_rq_s_whole_passes_is_the_look_for_stranded_jobs_alone(redis_server) -> None:
+    # a job a lane took and never started goes back at the minute's passes, while RQ's whole pass
+    # of its registries (about 20 commands) waits for its own turn, once every five minutes
+    connection = redis_server.client()
+    queue = _stranded(connection, "stranded", behind=0)
+    cls, queues = _lane_queues(connection)
+    lane = _lane(connection, cls, queues, "minute")
+    connection.set(keys.REGISTRY_MAINTENANCE, "another lane", ex=300)  # RQ's whole pass ran a moment ago
+    connection.config_resetstat()
+    lane.run_maintenance_tasks()
+    calls = _calls_since_reset(connection)
+    assert connection.get(keys.FULL_MAINTENANCE) == b"minute"
+    assert "smembers" not in calls and "zremrangebyscore" not in calls, calls  # none of RQ's whole pass
+    assert calls.get("llen") == len(QUEUES), calls  # each queue's intermediate list looked at
+    assert connection.hexists(sightings_key(queue.key), "stranded")  # first sight, noted
+    _age_sighting(connection, "impl", "stranded", STRANDED_AFTER_SECONDS + 1)
+    connection.delete(keys.FULL_MAINTENANCE)  # the next minute
+    lane._full_pass_asked_at = float("-inf")
+    lane.run_maintenance_tasks()
+    assert queue.get_job_ids() == ["stranded"] and not connection.llen(queue.intermediate_queue_key)
+    assert connection.get(keys.REGISTRY_MAINTENANCE) == b"another lane"  # not RQ's whole pass yet
+    connection.delete(keys.FULL_MAINTENANCE, keys.REGISTRY_MAINTENANCE)  # five minutes on
+    lane._full_pass_asked_at = float("-inf")
+    connection.config_resetstat()
+    lane.run_maintenance_tasks()
+    assert "smembers" in _calls_since_reset(connection)  # RQ's whole pass, its turn
+    assert connection.get(keys.REGISTRY_MAINTENANCE) == b"minute"
+
 def test_a_started_job_left_in_the_list_is_only_taken_off_it(redis_server) -> None:
     # a start whose round trip was cut after the execution's entry: the job runs, it is not queued again
     connection = redis_server.client()
@@ -335,4 +365,22 @@ def test_a_job_answered_into_a_cut_is_run_after_it(redis_server: RedisServer) ->
         assert connection.llen(intermediate_key("rq:queue:impl")) == 0 and connection.llen("rq:queue:impl") == 0
     finally:
         stop_worker(victim)
+        proxy.close()
+
+
+def test_a_lane_sends_its_count_of_jobs_done_once_for_a_run_of_jobs_as_it_goes_idle(redis_server) -> None:
+    # a real lane: jobs back to back cost no count each; the count goes out as the lane, its queues
+    # empty, waits for work (worker.dequeue's before_wait), while it lives
+    connection = redis_server.client()
+    for n in range(3):
+        _queued(connection, "impl", f"run-{n}", result_ttl=0)  # the service's jobs keep no RQ result
+    proxy = CountingProxy(redis_server.port, b"successful_job_count")
+    lane = start_worker(proxy.url, "counted", FAST_QUEUE)
+    try:
+        until(lambda: connection.hget("rq:worker:counted", "successful_job_count") == b"3", 60,
+              "the lane's count of its three jobs")
+        assert lane.poll() is None  # sent by a live lane, not by its stop
+        assert proxy.seen == 1
+    finally:
+        stop_worker(lane)
         proxy.close()

@@ -102,11 +102,12 @@ def test_two_workers_without_a_configured_secret_give_the_same_reward(redis_serv
                 assert r.status_code == 202, r.text
                 job_ids.append(r.json()["job_id"])
             results = collect(client, job_ids, timeout=240)
-            # (RQ drops a job's records once it succeeded: the workers' own counts say who ran them)
-            graded_by = {n: int(connection.hget(f"rq:worker:{n}", "successful_job_count") or 0) for n in names}
     finally:
         for worker in workers:
             stop_worker(worker)
+    # (RQ drops a job's records once it succeeded: the workers' own counts say who ran them, written
+    # as a lane goes idle or stops)
+    graded_by = {n: int(connection.hget(f"rq:worker:{n}", "successful_job_count") or 0) for n in names}
     assert len(results) == len(job_ids)
     assert sum(graded_by.values()) == len(job_ids) and all(graded_by.values()), graded_by  # both workers graded some
     rewards = {body["result"]["reward"] for body in results.values()}

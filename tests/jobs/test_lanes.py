@@ -180,11 +180,12 @@ def test_killing_a_worker_reruns_every_job_its_lanes_held(redis_server) -> None:
                     redis_server.client().exists(f"rq:job:{job_id}") for job_id in job_ids):
                 time.sleep(0.2)
             results = collect(client, job_ids, timeout=10)
-            by_survivor = _succeeded(redis_server, "survivor") + _succeeded(redis_server, "survivor-2")
         finally:
             stop_worker(victim)
             if survivor is not None:
                 stop_worker(survivor)
+        # (read once the survivor stopped: a lane writes its count of jobs done as it goes idle or stops)
+        by_survivor = _succeeded(redis_server, "survivor") + _succeeded(redis_server, "survivor-2")
     assert len(results) == len(submitted), "a job was lost"
     for job_id, body in results.items():
         assert body["status"] == "finished", body

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import redis
 import rq
 from redis.client import PubSubWorkerThread
 from rq import Queue, Retry, SimpleWorker, Worker, get_current_job
@@ -36,6 +37,7 @@ from app.jobs.rq_bookkeeping import LeanBookkeeping
 from app.jobs.rq_enqueue import LeanEnqueue
 from app.jobs.worker_registry import running_jobs, worker_state
 from tests.support.forked import report_from_fork
+from tests.support.tcp_proxy import CountingProxy
 from worker.deadline import GradingDeadline, JobDeadline
 from worker.grading_worker import GradingWorker
 
@@ -112,7 +114,7 @@ def test_the_lanes_clean_every_registry_rq_s_own_pass_cleans() -> None:
     assert set(re.findall(r"\b(\w+Registry)\b", theirs)) == set(registries)
     for name in registries.values():
         assert name in ours, name
-    assert "requeue_stranded(queue)" in ours  # in place of RQ's intermediate_queue.cleanup (worker.dequeue)
+    assert "self._requeue_stranded()" in ours  # in place of RQ's intermediate_queue.cleanup (worker.dequeue)
     steps = ("acquire_maintenance_lock", "clean_registries(queue", "clean_worker_registry(queue)",
              "intermediate_queue.cleanup(self, queue)", "release_maintenance_lock", "last_cleaned_at = now()")
     rq_own = inspect.getsource(rq.worker.base.BaseWorker.clean_registries)
@@ -461,6 +463,7 @@ def test_the_maintenance_between_rq_s_whole_passes_requeues_an_abandoned_job_and
     connection.delete(keys.FULL_MAINTENANCE)  # its minute is over: a lane that asks runs RQ's whole pass
     _worker(connection, "whole", GradingWorker).run_maintenance_tasks()
     assert connection.get(keys.FULL_MAINTENANCE) == b"whole"
+    assert connection.get(keys.REGISTRY_MAINTENANCE) == b"whole"
 
 
 def test_a_lean_beat_after_rq_took_the_job_for_abandoned_neither_restores_it_nor_keeps_the_lease(redis_server) -> None:
@@ -554,6 +557,25 @@ def test_a_job_that_succeeds_under_the_lean_bookkeeping_leaves_no_rq_record(redi
     assert connection.hget("rq:worker:lean", "successful_job_count") == b"1"
     assert worker.get_state() == WorkerStatus.IDLE and connection.hget("rq:worker:lean", "state") == b"idle"
     assert not connection.exists("rq:worker:lean:executions")
+
+
+def test_the_lean_bookkeeping_counts_a_run_of_jobs_done_in_one_command(redis_server) -> None:
+    # RQ's count of the worker's jobs done (the status page's): one command for the run, not one a
+    # job; a worker that stops sends what it holds (RQ keeps its record a minute)
+    connection = redis_server.client()
+    queue = Queue("contract", connection=connection, serializer=JSONSerializer)
+    for n in range(3):
+        queue.enqueue(reports_its_job, job_id=f"contract-run-{n}", result_ttl=0)
+    proxy = CountingProxy(redis_server.port, b"successful_job_count")
+    try:
+        through = redis.Redis.from_url(proxy.url)
+        worker = LeanBookkeeping([Queue("contract", connection=through, serializer=JSONSerializer)],
+                                 connection=through, serializer=JSONSerializer, name="run")
+        assert worker.work(burst=True, with_scheduler=False) is True
+    finally:
+        proxy.close()
+    assert connection.hget("rq:worker:run", "successful_job_count") == b"3"
+    assert proxy.seen == 1
 
 
 def test_the_lean_bookkeeping_takes_rq_s_own_path_for_a_job_that_keeps_its_result(redis_server) -> None:

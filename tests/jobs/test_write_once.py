@@ -93,7 +93,9 @@ def test_a_worker_stopped_past_its_heartbeat_neither_overwrites_nor_recounts(red
             stored = _stored(redis_server, job_id)
             assert first["details"]["attempt"] == 2 and first["reward"] == 1.0
             # (RQ drops a job's records once it succeeded: the survivor's own count says it ran it)
-            assert redis_server.client().hget("rq:worker:survivor", "successful_job_count") == b"1"
+            # (written as the survivor's lane goes idle, a moment after the job's result)
+            until(lambda: redis_server.client().hget("rq:worker:survivor", "successful_job_count") == b"1", 30,
+                  "the survivor's count of jobs done")
             os.killpg(victim.pid, signal.SIGCONT)
             # The stopped attempt goes on (its cases may now time out) and ends without writing.
             until(lambda: _done_with_a_job(redis_server, "stopped"), 120, "the victim to finish its stale attempt")

@@ -132,8 +132,13 @@ def test_scaling_workers_from_2_to_3_on_the_fly(client: httpx.Client, stack: Sta
         ids = [submit(client, RIGHT, f"scale-{tag}-{i}") for i in range(12)]
         results = collect(client, ids, timeout=300)
         assert len(results) == 12 and all(b["result"]["reward"] == 1.0 for b in results.values())
-        # (RQ drops a job's records once it succeeded: the workers' own counts say who ran jobs)
-        ran_on = {stack.worker_of(w["name"]) for w in stack.live_workers() if stack.jobs_succeeded(w["name"])}
+        # (RQ drops a job's records once it succeeded: the workers' own counts say who ran jobs,
+        # written as a lane goes idle, a moment after its last result)
+        ran_on: set[str] = set()
+        deadline = time.monotonic() + 30
+        while newcomer not in ran_on and time.monotonic() < deadline:
+            ran_on = {stack.worker_of(w["name"]) for w in stack.live_workers() if stack.jobs_succeeded(w["name"])}
+            time.sleep(1)
         assert newcomer in ran_on, f"the new worker took none of the jobs (ran on {ran_on})"
     finally:
         stack.scale_workers(stack.workers)

@@ -82,3 +82,20 @@ class PausableProxy:
         for sock in self._sockets:
             with contextlib.suppress(OSError):
                 sock.close()
+
+
+class CountingProxy(PausableProxy):
+    """Relays as usual and counts how often the clients' traffic names ``marker`` (a key or a
+    field: how many commands touched it, for a client whose other commands a count would mix in)."""
+
+    def __init__(self, target_port: int, marker: bytes) -> None:
+        super().__init__(target_port)
+        self.marker = marker
+        self.seen = 0
+        self._lock = threading.Lock()
+
+    def _forward(self, data: bytes, from_client: bool, to: socket.socket, state: dict) -> bool:
+        if from_client:
+            with self._lock:
+                self.seen += data.count(self.marker)
+        return super()._forward(data, from_client, to, state)
