@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 QUEUES = queue_names()  # every queued kind's (app/graders/kinds.py)
 _BEAT_MARGIN_SECONDS = 10.0
 _NO_DEADLINE_LEASE_SECONDS = 24 * 3600  # a job without a deadline (RQ's -1): its lease's key lives a day
-FULL_MAINTENANCE_SECONDS = 60  # the look for stranded jobs (run_maintenance_tasks)
+MINUTE_MAINTENANCE_SECONDS = 60  # the look for stranded jobs (run_maintenance_tasks)
 REGISTRY_MAINTENANCE_SECONDS = 300  # RQ's whole pass of its registries
 # An idle lane's wait for a job (BLMOVE: worker.dequeue) at most: its chance to beat, send its presence record, run
 # maintenance when due, and see a stop request.
@@ -82,7 +82,7 @@ class GradingWorker(LeanBookkeeping):
     _key_lives_until = 0.0  # monotonic time at which the worker's key expires, as of the last beat sent
     _last_presence = 0.0
     _listed_at = float("-inf")  # monotonic time this lane last put its name on the list of workers
-    _full_pass_asked_at = float("-inf")  # monotonic time this lane last asked for RQ's whole maintenance pass
+    _minute_pass_asked_at = float("-inf")  # monotonic time this lane last asked for the minute's maintenance pass
     _clock_synced_at = float("-inf")  # monotonic time this lane last measured Redis's clock (_sync_clock)
 
     @property
@@ -102,7 +102,7 @@ class GradingWorker(LeanBookkeeping):
         # Every interval, only what must be prompt: the queues' abandoned jobs (RQ's own
         # StartedJobRegistry.cleanup, after one command a queue that finds whether there are
         # any), so that a dead lane's job is re-queued within seconds. Once per
-        # FULL_MAINTENANCE_SECONDS, the look for jobs a lane took and never started (it died, or
+        # MINUTE_MAINTENANCE_SECONDS, the look for jobs a lane took and never started (it died, or
         # lost the answer to a network cut: worker.dequeue), an LLEN a queue: such a job goes back
         # at the second look that finds it, within one or two minutes. RQ's whole pass (the
         # finished, failed, deferred, ready and rate-limit registries, the worker registry, the
@@ -113,9 +113,9 @@ class GradingWorker(LeanBookkeeping):
         self._requeue_abandoned()
         # whose turn the minute's pass is: asked of Redis at most once a period by each lane
         clock = time.monotonic()
-        if clock - self._full_pass_asked_at >= FULL_MAINTENANCE_SECONDS:
-            self._full_pass_asked_at = clock
-            if self.connection.set(keys.FULL_MAINTENANCE, self.name, nx=True, ex=FULL_MAINTENANCE_SECONDS):
+        if clock - self._minute_pass_asked_at >= MINUTE_MAINTENANCE_SECONDS:
+            self._minute_pass_asked_at = clock
+            if self.connection.set(keys.MINUTE_MAINTENANCE, self.name, nx=True, ex=MINUTE_MAINTENANCE_SECONDS):
                 if self.connection.set(keys.REGISTRY_MAINTENANCE, self.name, nx=True,
                                        ex=REGISTRY_MAINTENANCE_SECONDS):
                     super().run_maintenance_tasks()  # (its registries' cleanup, and that look: clean_registries)

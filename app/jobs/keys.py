@@ -49,6 +49,6 @@ RESULTS_CHANNEL = f"{PREFIX}:results"
 MAINTENANCE = f"{PREFIX}:maintenance"
 # held for a minute by the lane that last ran the minute's pass (worker.grading_worker): the look for
 # jobs stranded between a lane's take and its start, and RQ's whole pass when that is due
-FULL_MAINTENANCE = f"{PREFIX}:maintenance:full"
+MINUTE_MAINTENANCE = f"{PREFIX}:maintenance:minute"
 # held for five minutes by the lane that last ran RQ's whole maintenance pass of its registries
 REGISTRY_MAINTENANCE = f"{PREFIX}:maintenance:registries"

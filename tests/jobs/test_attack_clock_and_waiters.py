@@ -127,9 +127,9 @@ def test_some_lane_still_runs_rq_s_whole_pass_when_redis_s_clock_disagrees_with_
     monkeypatch.setattr(rq_bookkeeping.LeanBookkeeping, "run_maintenance_tasks",
                         lambda self: passes.append(self.name), raising=False)
     lanes = [_lane(connection, f"lane-{i}") for i in range(3)]
-    for _ in range(2):  # two periods of FULL_MAINTENANCE_SECONDS each, as if a minute had passed
+    for _ in range(2):  # two periods of MINUTE_MAINTENANCE_SECONDS each, as if a minute had passed
         for lane in lanes:
-            lane._full_pass_asked_at = float("-inf")
+            lane._minute_pass_asked_at = float("-inf")
             lane.run_maintenance_tasks()
     assert passes, "no lane runs RQ's whole maintenance pass while Redis's clock is off every host's"
 
@@ -363,8 +363,8 @@ def test_rq_s_whole_pass_on_a_lane_just_inside_half_the_grace_leaves_a_lane_beat
         runner._beat_once(job, execution, lease)
         time.sleep(0.95)  # just before its next beat
         clock.skew = 0.45
-        connection.delete(keys.FULL_MAINTENANCE)
-        cleaner._full_pass_asked_at = float("-inf")
+        connection.delete(keys.MINUTE_MAINTENANCE)
+        cleaner._minute_pass_asked_at = float("-inf")
         cleaner.run_maintenance_tasks()
         clock.skew = 0.0
         assert job.get_status() == JobStatus.STARTED and queue.get_job_ids() == []

@@ -236,18 +236,18 @@ def test_the_minute_s_pass_between_rq_s_whole_passes_is_the_look_for_stranded_jo
     connection.config_resetstat()
     lane.run_maintenance_tasks()
     calls = _calls_since_reset(connection)
-    assert connection.get(keys.FULL_MAINTENANCE) == b"minute"
+    assert connection.get(keys.MINUTE_MAINTENANCE) == b"minute"
     assert "smembers" not in calls and "zremrangebyscore" not in calls, calls  # none of RQ's whole pass
     assert calls.get("llen") == len(QUEUES), calls  # each queue's intermediate list looked at
     assert connection.hexists(sightings_key(queue.key), "stranded")  # first sight, noted
     _age_sighting(connection, "impl", "stranded", STRANDED_AFTER_SECONDS + 1)
-    connection.delete(keys.FULL_MAINTENANCE)  # the next minute
-    lane._full_pass_asked_at = float("-inf")
+    connection.delete(keys.MINUTE_MAINTENANCE)  # the next minute
+    lane._minute_pass_asked_at = float("-inf")
     lane.run_maintenance_tasks()
     assert queue.get_job_ids() == ["stranded"] and not connection.llen(queue.intermediate_queue_key)
     assert connection.get(keys.REGISTRY_MAINTENANCE) == b"another lane"  # not RQ's whole pass yet
-    connection.delete(keys.FULL_MAINTENANCE, keys.REGISTRY_MAINTENANCE)  # five minutes on
-    lane._full_pass_asked_at = float("-inf")
+    connection.delete(keys.MINUTE_MAINTENANCE, keys.REGISTRY_MAINTENANCE)  # five minutes on
+    lane._minute_pass_asked_at = float("-inf")
     connection.config_resetstat()
     lane.run_maintenance_tasks()
     assert "smembers" in _calls_since_reset(connection)  # RQ's whole pass, its turn

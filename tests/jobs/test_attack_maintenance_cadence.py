@@ -69,8 +69,8 @@ def test_a_stranded_job_goes_back_within_two_of_the_minute_s_turns_across_a_regi
     b.run_maintenance_tasks()  # same minute: claim held by a, nothing
     assert connection.llen(queue.intermediate_queue_key) == 1
     _age_sighting(connection, "impl", "stranded", STRANDED_AFTER_SECONDS + 1)
-    connection.delete(keys.FULL_MAINTENANCE, keys.REGISTRY_MAINTENANCE)  # minute 2, RQ's whole pass due
-    b._full_pass_asked_at = float("-inf")
+    connection.delete(keys.MINUTE_MAINTENANCE, keys.REGISTRY_MAINTENANCE)  # minute 2, RQ's whole pass due
+    b._minute_pass_asked_at = float("-inf")
     b.run_maintenance_tasks()
     assert connection.get(keys.REGISTRY_MAINTENANCE) == b"lane-b"
     assert queue.get_job_ids() == ["stranded"] and not connection.llen(queue.intermediate_queue_key)
@@ -94,9 +94,9 @@ def test_rq_s_whole_pass_runs_once_per_turn_whichever_lanes_ask(redis_server, mo
         lanes.append(_lane(connection, cls, queues, f"many-{n}"))
     for _minute in range(5):
         for lane in lanes:
-            lane._full_pass_asked_at = float("-inf")
+            lane._minute_pass_asked_at = float("-inf")
             lane.run_maintenance_tasks()
-        connection.delete(keys.FULL_MAINTENANCE)
+        connection.delete(keys.MINUTE_MAINTENANCE)
     assert len(passes) == 1, passes
     assert connection.get(keys.REGISTRY_MAINTENANCE) == passes[0].encode()
 

@@ -165,10 +165,10 @@ def test_a_busy_beating_lane_keeps_its_lease_when_another_lane_s_clock_leads(red
     ahead = _worker(connection, "ahead", grading_worker.GradingWorker)
     ahead.register_birth()  # measures its host's clock against Redis's
     assert abs(ahead._clock_offset() + lead) < 1.0
-    connection.delete(keys.FULL_MAINTENANCE)
+    connection.delete(keys.MINUTE_MAINTENANCE, keys.REGISTRY_MAINTENANCE)
     ahead.run_maintenance_tasks()  # the look, and RQ's whole pass (its turn)
     assert job.get_status() == JobStatus.STARTED and queue.get_job_ids() == []  # not taken for abandoned
-    assert connection.get(keys.FULL_MAINTENANCE) == b"ahead"  # RQ's whole pass ran, in Redis's time
+    assert connection.get(keys.REGISTRY_MAINTENANCE) == b"ahead"  # RQ's whole pass ran, in Redis's time
     rerun = Lease(connection, job.id, new_token("rerun"), 60_000, registry=queue.started_job_registry.key)
     assert rerun.take(60) == -1, "a busy lane that beats lost its lease"
 
@@ -188,10 +188,10 @@ def test_a_host_clock_stepped_after_the_lane_measured_redis_s_moves_nothing(redi
     monkeypatch.setattr(grading_worker, "time", _SkewedTime(30.0))  # stepped after the measurement
     assert not stepping._clock_agrees()
     live._beat_once(job, execution, lease)
-    connection.delete(keys.FULL_MAINTENANCE)
+    connection.delete(keys.MINUTE_MAINTENANCE, keys.REGISTRY_MAINTENANCE)
     stepping.run_maintenance_tasks()
     assert job.get_status() == JobStatus.STARTED and queue.get_job_ids() == []
-    assert connection.get(keys.FULL_MAINTENANCE) == b"stepping"  # RQ's whole pass ran
+    assert connection.get(keys.REGISTRY_MAINTENANCE) == b"stepping"  # RQ's whole pass ran
     score = connection.zscore(queue.started_job_registry.key, execution.composite_key)
     assert abs(score - (time.time() + live.get_heartbeat_ttl(job))) < 2  # Redis's time (this host's, unstepped)
 

@@ -449,7 +449,7 @@ def test_the_maintenance_between_rq_s_whole_passes_requeues_an_abandoned_job_and
     connection = redis_server.client()
     queue, _, job, _, _ = _lapsed(connection, "left")
     alive = _worker(connection, "keeps", GradingWorker)
-    connection.set(keys.FULL_MAINTENANCE, "another lane", ex=60)  # RQ's whole pass ran a moment ago
+    connection.set(keys.MINUTE_MAINTENANCE, "another lane", ex=60)  # RQ's whole pass ran a moment ago
     connection.config_resetstat()
     alive.run_maintenance_tasks()
     assert job.get_status() == JobStatus.QUEUED and queue.get_job_ids() == ["contract-left"]
@@ -460,9 +460,9 @@ def test_the_maintenance_between_rq_s_whole_passes_requeues_an_abandoned_job_and
     alive.run_maintenance_tasks()
     calls = _calls_since_reset(connection)
     assert calls == {"zrangebyscore": 1}, calls  # the queue's look (whose turn the whole pass is: asked once a minute)
-    connection.delete(keys.FULL_MAINTENANCE)  # its minute is over: a lane that asks runs RQ's whole pass
+    connection.delete(keys.MINUTE_MAINTENANCE)  # its minute is over: a lane that asks runs RQ's whole pass
     _worker(connection, "whole", GradingWorker).run_maintenance_tasks()
-    assert connection.get(keys.FULL_MAINTENANCE) == b"whole"
+    assert connection.get(keys.MINUTE_MAINTENANCE) == b"whole"
     assert connection.get(keys.REGISTRY_MAINTENANCE) == b"whole"
 
 
