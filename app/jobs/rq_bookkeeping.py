@@ -43,11 +43,11 @@ class keeps what the service relies on RQ for and drops the rest. It overrides t
   after a lost reply cannot count twice, where an HINCRBY of the run would): as the lane, its
   queues empty, goes to wait for work (worker.dequeue), as it stops, and once the oldest job not
   yet in it is JOBS_DONE_EVERY_SECONDS old (between jobs, or with a running job's heartbeat:
-  worker.grading_worker). One command a job was one a minute for a lane that is never idle. A lane
-  killed outright, or stopped while Redis is away, takes the part not yet written with it (the
-  count only informs: grades are counted with their results, app.jobs.leases). A job that uses
-  anything this skips (repeats, success callbacks, a rate limit, a result TTL other than 0) takes
-  RQ's own path.
+  worker.grading_worker): for a lane that is never idle, one command a minute where it was one a
+  job. A lane killed outright, or stopped while Redis is away, takes the part not yet written
+  with it (the count only informs: grades are counted with their results, app.jobs.leases). A
+  job that uses anything this skips (repeats, success callbacks, a rate limit, a result TTL other
+  than 0) takes RQ's own path.
 * ``set_state``: ``busy`` and ``idle`` around each job are kept in memory only (RQ's warm stop
   reads them; the StartedJobRegistry tells others which worker is busy); other states (its start,
   ``suspended``) are written as RQ writes them, an unchanged one not again outside a pipeline.
