@@ -140,19 +140,17 @@ class LaneQueue(Queue):
             try:
                 job = (job_class or Job).fetch(job_id, connection=connection, serializer=serializer)
             except NoSuchJobError:
-                # a job deleted while it waited (as RQ's dequeue, silently): nothing to run
-                connection.lrem(intermediate_key(queue_key), 1, job_id)
-                continue
+                pass  # a job deleted while it waited (as RQ's dequeue, silently): nothing to run
             except REDIS_ERRORS:
                 raise  # the id stays in the list: the job goes back (requeue_stranded), not lost
             except Exception:
                 # a record no lane can read (RQ's dequeue raises, and its loop ends the lane): left in
                 # the list it would go back and end a lane again every pass, so it is dropped, as
                 # RQ's pop dropped it, and logged; the lane takes the next job
-                connection.lrem(intermediate_key(queue_key), 1, job_id)
                 log.exception("job %s of queue %s: its record cannot be read; dropped", job_id, queue.name)
-                continue
-            return job, queue
+            else:
+                return job, queue
+            connection.lrem(intermediate_key(queue_key), 1, job_id)  # either way: off the list
 
     @classmethod
     def _take(cls, connection: Any, queue_keys: Sequence[str], timeout: int | None) -> tuple[str, str] | None:
