@@ -47,6 +47,19 @@ from app.jobs.rq_enqueue import LeanEnqueue
 from app.redis_link import KEEPALIVE, REDIS_ERRORS, sync_connection
 from app.settings import Settings
 
+# Connections one API process opens to Redis at most. redis-py's default pool opens one for every
+# command in flight and never closes them: a burst of concurrent requests (each a rate-limit
+# check) left that many connections open for the process's life, one per request of the
+# largest burst, up to Redis's own cap on clients, which every other replica and worker shares.
+# Past this many, a command waits for a free connection (up to 5 s, then a connection error,
+# which the rate limit rides out in memory). Redis answers one command at a time, so 64 in
+# flight keep it as busy as more would; the results subscription holds one of them.
+API_REDIS_CONNECTIONS = 64
+# The same for the process's blocking client (RQ's enqueue, from threads): unbounded, it kept one
+# connection per thread that ever enqueued at once (up to the thread pool's 40), beside the 64.
+# An enqueue holds its connection for one pipeline's round trip.
+API_SYNC_REDIS_CONNECTIONS = 8
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
@@ -196,12 +209,17 @@ class RedisJobs:
         # TCP keepalive finds a connection whose peer went away without a word (a network cut)
         # in about 11 s, at no cost to Redis: the results subscription relies on it
         # (app.jobs.result_notices), as it waits on a read that never times out on its own.
-        self.async_redis = aioredis.Redis.from_url(
-            settings.redis_url, socket_timeout=5, socket_connect_timeout=2,
+        # The pool is bounded and waits for a free connection (see API_REDIS_CONNECTIONS);
+        # otherwise as Redis.from_url builds it, the client closing its pool with itself.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=API_REDIS_CONNECTIONS, timeout=5,
+            socket_timeout=5, socket_connect_timeout=2,
             retry=AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), 2),
             retry_on_error=[redis_errors.ConnectionError],
             socket_keepalive=True, socket_keepalive_options=KEEPALIVE)
-        self._sync = sync_connection(settings.redis_url)
+        self.async_redis = aioredis.Redis(connection_pool=pool)
+        self.async_redis.auto_close_connection_pool = True
+        self._sync = sync_connection(settings.redis_url, max_connections=API_SYNC_REDIS_CONNECTIONS)
         self._queues: dict[str, Queue] = {}
         self._lean = LeanEnqueue()
         # ticket -> (job id, tenant, waiter) of a job a request of this process is queueing,
