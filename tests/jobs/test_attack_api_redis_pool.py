@@ -50,6 +50,13 @@ async def _burst(url: str, headers: dict, n: int, timeout: float = 120, path: st
         return await asyncio.gather(*(one() for _ in range(n)))
 
 
+def _hostile_server(tmp_path, redis_url: str) -> tuple[dict, dict]:
+    """The hostile tenant's headers, and the environment of a server on redis_url for it."""
+    key, tenants = _tenant(tmp_path)
+    return ({"Authorization": f"Bearer {key}"},
+            {"SCALING_GRADER_REDIS_URL": redis_url, "SCALING_GRADER_TENANTS_FILE": tenants})
+
+
 def _quick_grade(url: str, headers: dict) -> tuple[int, float]:
     start = time.monotonic()
     r = httpx.post(url + "/v1/grade", json=NUMERIC, headers=headers, timeout=60)
@@ -60,10 +67,8 @@ def _quick_grade(url: str, headers: dict) -> tuple[int, float]:
 def test_many_long_waits_do_not_hold_pooled_connections(tmp_path, redis_server, result_wait) -> None:
     """A tenant parks far more long waits than the pool has connections (no worker: the jobs
     stay queued); everyone else's numeric grades must still answer at once."""
-    key, tenants = _tenant(tmp_path)
-    headers = {"Authorization": f"Bearer {key}"}
-    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, "SCALING_GRADER_TENANTS_FILE": tenants,
-           "SCALING_GRADER_QUEUE__RESULT_WAIT": result_wait}
+    headers, env = _hostile_server(tmp_path, redis_server.url)
+    env["SCALING_GRADER_QUEUE__RESULT_WAIT"] = result_wait
     waits = API_REDIS_CONNECTIONS * 3
     with running_server(env) as url:
         job_ids = []
@@ -108,10 +113,8 @@ def test_a_redis_cut_stalls_no_grade_and_leaves_nothing_checked_out(tmp_path, re
     """Redis cut off (packets dropped, nothing closed) under a burst: every in-flight command
     holds its connection to its socket timeout, the pool is drained. Numeric grades must still be
     answered (the rate limit's fallback), and once the network is back the API answers at once."""
-    key, tenants = _tenant(tmp_path)
-    headers = {"Authorization": f"Bearer {key}"}
     proxy = PausableProxy(redis_server.port)
-    env = {"SCALING_GRADER_REDIS_URL": proxy.url, "SCALING_GRADER_TENANTS_FILE": tenants}
+    headers, env = _hostile_server(tmp_path, proxy.url)
     try:
         with running_server(env) as url:
             assert asyncio.run(_burst(url, headers, 200, body=NUMERIC)) == [1.0] * 200  # pool warm
@@ -136,10 +139,8 @@ def test_a_redis_cut_stalls_no_grade_and_leaves_nothing_checked_out(tmp_path, re
 def test_clients_that_hang_up_mid_request_leave_no_connection_checked_out(tmp_path, redis_server) -> None:
     """Clients that give up (hang up) while their request awaits Redis, over and over: any
     connection left checked out by a cancelled request shrinks the pool for good."""
-    key, tenants = _tenant(tmp_path)
-    headers = {"Authorization": f"Bearer {key}"}
     proxy = PausableProxy(redis_server.port)
-    env = {"SCALING_GRADER_REDIS_URL": proxy.url, "SCALING_GRADER_TENANTS_FILE": tenants}
+    headers, env = _hostile_server(tmp_path, proxy.url)
     try:
         with running_server(env) as url:
             for _ in range(3):
@@ -169,9 +170,7 @@ def test_clients_that_hang_up_mid_request_leave_no_connection_checked_out(tmp_pa
 
 
 def test_a_redis_restart_under_load_leaves_the_pool_whole(tmp_path, redis_server) -> None:
-    key, tenants = _tenant(tmp_path)
-    headers = {"Authorization": f"Bearer {key}"}
-    env = {"SCALING_GRADER_REDIS_URL": redis_server.url, "SCALING_GRADER_TENANTS_FILE": tenants}
+    headers, env = _hostile_server(tmp_path, redis_server.url)
     with running_server(env) as url:
         for _ in range(2):
             assert asyncio.run(_burst(url, headers, 200, body=NUMERIC)) == [1.0] * 200
