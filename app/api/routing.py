@@ -64,6 +64,14 @@ class CanonicalPaths:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
+            if scope["path"].endswith("\n"):
+                # A route's pattern ends in "$", which matches before a final newline too: sent as
+                # "%0A", "/v1/grade\n" reached POST /v1/grade (and "/v1/rewards\n" with the
+                # single-body size limit) while its card twin "/grade\n" was a 404. No path the
+                # service knows ends in a newline.
+                await JSONResponse({"error": "not_found", "detail": "no route for this path"},
+                                   status_code=404)(scope, receive, send)
+                return
             canonical_path(scope)
         await self.app(scope, receive, send)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictStr, field_validator, model_validator
 
 from app.graders.completion import without_edge_tokens
 from app.graders.options import GradeOptions, JudgeSpec
@@ -98,10 +98,17 @@ def _reference_schema(schema: dict[str, Any]) -> None:
     for branch in values["items"].get("anyOf", []):
         if branch.get("type") == "string":
             branch["pattern"] = QUANTITY_PATTERN
+            branch["maxLength"] = MAX_QUANTITY_CHARS
     rows = schema["properties"]["rows"]
     rows["minItems"] = 1
     rows["items"] = {"type": "object", "minProperties": 1,
                      "additionalProperties": {"type": ["string", "number", "boolean", "null"]}}
+
+
+# An inline quantity's text: the longest gold of any split is under 30 characters. A reference is
+# read where the request is (on the event loop for a single grade), in time that grows with its
+# text, so an unbounded one ("1 s " two million times) held every other request for 25 s.
+MAX_QUANTITY_CHARS = 256
 
 
 class InlineReference(BaseModel):
@@ -114,6 +121,13 @@ class InlineReference(BaseModel):
     )
     tolerance: float | None = Field(None, gt=0, lt=1)
     rows: list[dict[str, Any]] | None = Field(None, max_length=1000, description="expected JSON rows")
+
+    @field_validator("values")
+    @classmethod
+    def _short_quantities(cls, values: list[str | float] | None) -> list[str | float] | None:
+        if values is not None and any(isinstance(v, str) and len(v) > MAX_QUANTITY_CHARS for v in values):
+            raise ValueError(f"a quantity is at most {MAX_QUANTITY_CHARS} characters")
+        return values
 
     @model_validator(mode="after")
     def _one_kind(self) -> InlineReference:

@@ -10,7 +10,7 @@ from typing import Any
 from app.errors import ApiError
 from app.graders.rows import MAX_ROWS
 from app.grading.models import InlineReference
-from app.quantities import parse_quantity
+from app.quantities import UNREADABLE, parse_quantity
 from app.settings import Settings
 from app.tasks.base import Task
 
@@ -24,11 +24,13 @@ def task_from_reference(reference: InlineReference, settings: Settings) -> Task:
     if reference.values is not None:
         for i, value in enumerate(reference.values):
             try:
-                finite = math.isfinite(parse_quantity(value).value)
+                quantity = parse_quantity(value)
             except ValueError:
                 raise ApiError(422, "invalid_reference", f"reference.values[{i}] is not a single quantity") from None
-            if not finite:  # NaN or overflow ("1e400 s"): no answer could ever match it
+            if not math.isfinite(quantity.value):  # NaN or overflow ("1e400 s"): no answer could ever match it
                 raise ApiError(422, "invalid_reference", f"reference.values[{i}] is not a finite quantity")
+            if quantity.dimension == UNREADABLE:  # "1 s^2", a chain of 9 unit words: no answer matches it either
+                raise ApiError(422, "invalid_reference", f"reference.values[{i}] has a unit the service cannot read")
         return Task(id="", split="", prompt="", grading="numeric", gold=tuple(reference.values),
                     tolerance=reference.tolerance or settings.tolerances.inline)
     try:

@@ -18,7 +18,7 @@ from app.graders.kinds import is_inline, queue_of
 from app.graders.options import JudgeSpec
 from app.graders.result import GradeResult, Outcome, shown_result
 from app.grading.budgets import GradeBudgets
-from app.grading.models import GradeRequest, completion_text, lacks_answer_message
+from app.grading.models import ChatMessage, GradeRequest, completion_text, lacks_answer_message
 from app.grading.offload import in_process, off_loop
 from app.grading.processes import GradingProcessDied, GradingProcesses, GradingProcessFailed, child_settings
 from app.grading.references import task_from_reference
@@ -283,7 +283,12 @@ class GradingService:
     async def _grade(self, request: GradeRequest, tenant: Tenant) -> GradeResult:
         """The full result (gold included, as stored for the job); callers show it via ``shown``."""
         request = apply_tenant_judge(request, tenant)
-        task, text = self.prepare(request)
+        if _long_completion(request.completion):
+            # Trimming a completion's edges walks each special token and space there in Python: an
+            # 8 MiB run of "<pad>" held the event loop (and /healthz) for over a second.
+            task, text = await off_loop(self.prepare, request, tenant=tenant.name)
+        else:
+            task, text = self.prepare(request)
         return await self._grade_prepared(request, task, text, tenant)
 
     async def _grade_prepared(self, request: GradeRequest, task: Task, text: str, tenant: Tenant) -> GradeResult:
@@ -493,6 +498,22 @@ class GradingService:
         task_id = request.task_id if request.task_id and _TASK_ID.fullmatch(request.task_id) else None
         return GradeResult(task_id=task_id, grading="unknown", outcome=Outcome.invalid_request,
                            reward=0.0, explanation=problem.detail)
+
+
+def _long_completion(completion: str | list[ChatMessage]) -> bool:
+    """Whether reading the graded text out of ``completion`` may cost more than a numeric grade
+    on the event loop does: a string past ON_LOOP_CHARS, or a transcript whose messages (each
+    counted as a character more) are longer, or may be (content parts are joined first)."""
+    if isinstance(completion, str):
+        return len(completion) > ON_LOOP_CHARS
+    chars = 0
+    for message in completion:
+        if isinstance(message.content, list):
+            return True
+        chars += 1 + len(message.content or "")
+        if chars > ON_LOOP_CHARS:
+            return True
+    return False
 
 
 def _fault(task: Task) -> GradeResult:

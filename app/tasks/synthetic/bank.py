@@ -40,7 +40,10 @@ SLOTS: tuple[tuple[str, ...], ...] = (
     ("training_memory",),  # training memory
 )
 _FAMILY_NAMES = tuple(FAMILIES)
-_ID = re.compile(r"synthetic/(\d{1,18})/(\d{1,18})")
+# An id is exactly as a listing writes it: ASCII digits ("\d" also took "٣" and "３"), no leading zero;
+# "synthetic/003/0" would grade as synthetic/3/0 under an id no listing ever handed out.
+_NUMBER = r"(0|[1-9][0-9]{0,17})"
+_ID = re.compile(rf"synthetic/{_NUMBER}/{_NUMBER}")
 # Ids carry at most 18 digits per number: a listing never hands out an index it could not resolve.
 MAX_INDEX = 10**18 - 1
 # family_of repeats with this period of positions (eight slots, each rotating its families).
@@ -167,8 +170,9 @@ def load_bank(settings: Settings) -> SyntheticBank:
 SPLIT_V2 = "synthetic-v2"
 SLOTS_V2: tuple[tuple[str, ...], ...] = SLOTS + tuple(tuple(f.__name__ for f in fs) for fs in TOPICS.values())
 FAMILIES_V2: dict[str, Callable[[Draws], Generated]] = FAMILIES | TOPIC_FAMILIES
-# ASCII digits only: \d also takes "０" or "٣", which int() reads, so one task had many ids.
-_ID_V2 = re.compile(r"synthetic-v2/([0-9]{1,18})/([0-9]{1,18})")
+# As _ID: ASCII digits (\d also takes "０" or "٣", which int() reads) and no leading zero, so a task
+# has one id.
+_ID_V2 = re.compile(rf"synthetic-v2/{_NUMBER}/{_NUMBER}")
 PERIOD_V2 = len(SLOTS_V2) * math.lcm(*(len(slot) for slot in SLOTS_V2))
 if sorted(f for slot in SLOTS_V2 for f in slot) != sorted(FAMILIES_V2):
     raise RuntimeError("every layout-2 family must sit in exactly one slot")
