@@ -117,9 +117,27 @@ def without_answer_blocks(text: str) -> str:
     return "".join(out)
 
 
-def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str, *, answers: bool = False) -> str:
+def without_spans(text: str, within: Span, spans: list[Span]) -> str:
+    """``text[within]`` with each of ``spans`` inside it replaced by the note that an answer is
+    not shown: the answers that are no ``{% details %}`` block (a question answered by the text
+    that follows it, see ``_split_answer``), which ``without_answer_blocks`` cannot see."""
+    out, at = [], within.start
+    for span in sorted(spans, key=lambda s: s.start):
+        start, end = max(span.start, within.start), min(span.end, within.end)
+        if start >= end or start < at:
+            continue
+        out += [text[at:start], ANSWER_NOT_SHOWN]
+        at = end
+    out.append(text[at : within.end])
+    return "".join(out)
+
+
+def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str, *, answers: bool = False,
+                     answered_after: list[Span] | None = None) -> str:
     """The section before the question, as the prompt's context (``answers`` False) or, with the
-    book's answers to earlier questions kept, as the passage a judge sees beside the reference."""
+    book's answers to earlier questions kept, as the passage a judge sees beside the reference.
+    ``answered_after``: the spans of answers that follow their question as plain text (cut from
+    the prompt's context like the answer blocks)."""
     first = chapter.text.count("\n", 0, q.context.start) + 1
     where = (
         f"Source: *How To Scale Your Model*, chapter \"{title}\" ({chapter.filename} at "
@@ -130,7 +148,7 @@ def _bounded_context(chapter: source.Chapter, q: ParsedQuestion, title: str, *, 
     if answers:
         raw = DETAILS_OPEN.sub("\n\n*Answer given in the book:*\n\n", section)
     else:
-        raw = without_answer_blocks(section)
+        raw = without_answer_blocks(without_spans(chapter.text, q.context, answered_after or []))
     body = to_markdown(raw)
     elided = "[...]\n"
     budget = CONTEXT_MAX - len(where) - len("\n\n") - len(elided)
@@ -249,6 +267,11 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
     for name, chapter in chapters.items():
         parsed = parse_chapter(name, chapter.text)
         markers[name] = len(parsed)
+        # answers that are the text after their question: later questions' contexts cut them too
+        answered_after = [split.answer for q in parsed
+                          if (split := _split_answer(f"{name}.q{q.index}", q, chapter.text,
+                                                     annotations.get(f"{name}.q{q.index}"))) is not q
+                          and split.answer is not None]
         for q in parsed:
             tid = task_id(name, q.index)
             key = f"{name}.q{q.index}"
@@ -271,7 +294,8 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
             title = titles.get(name, name)
             passage = _bounded_context(chapter, q, title, answers=True)
             context, question_md = _redact(
-                (_bounded_context(chapter, q, title), to_markdown(q.question.text(chapter.text))),
+                (_bounded_context(chapter, q, title, answered_after=answered_after),
+                 to_markdown(q.question.text(chapter.text))),
                 ann.context_redact, key, known_in=(passage,),
             )
             answer_md = to_markdown(answer_raw)

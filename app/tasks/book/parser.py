@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 # Bump whenever parsing or rendering changes what a task contains: it is part of the cache key.
-PARSER_VERSION = "8"
+PARSER_VERSION = "9"
 
 MARKER = re.compile(
     r"^(?:\*\*|<b\b[^>]*>)[ \t]*"
