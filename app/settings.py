@@ -157,6 +157,13 @@ class JudgeSettings(BaseModel):
     # (`scaling-grader judge-check` probes which): vLLM-style guided choice, a JSON-schema
     # response_format, or yes/no log-probabilities; "none" reads a free-text reply strictly.
     constraint: Literal["none", "guided_choice", "json_schema", "logprobs"] = "none"
+    # A verdict of correct is asked for once more, with the same two words' meanings swapped (each
+    # named where it stood, the allowed values listed as before, the same fence), and the response
+    # earns its reward only when both say correct: a response that steers the judge to a word by
+    # anything but its meaning (its place, its spelling, "the first allowed value") lands on the
+    # same word twice and never earns it. Costs a second call for each correct verdict (none for
+    # the others).
+    confirm_correct: bool = True
 
 
 # The sandbox's isolation tiers, weakest first: the values SANDBOX__TIER and MIN_TIER accept, and

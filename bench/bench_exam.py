@@ -3,7 +3,8 @@
 1. Judge-grading throughput against the fake OpenAI-compatible server (a separate process): the
    baseline is bare ``openai`` chat-completion calls with the same messages; the measured path is
    ``app.graders.judge.grade_task`` (allow-list check, prompt building, verdict parsing, retries
-   machinery), sequentially and with 8 threads.
+   machinery, and the second call that confirms a verdict of correct), sequentially and with 8
+   threads; the overhead is printed per call a grade makes.
 2. Exam bank load: building every task (oracles run, chapters verified, locators resolved) against
    a baseline of only reading and hashing the chapter files it needs."""
 
@@ -83,8 +84,12 @@ def bench_judge(n: int) -> None:
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=10)
+    # A verdict of correct is asked for twice (the second ask confirms it, JudgeSettings.confirm_correct):
+    # the overhead is per call the grade makes.
+    asks = 2 if settings.judge.confirm_correct else 1
     print(f"   judge overhead: bare openai calls {_rate(n, raw):.0f}/s, grade_task {_rate(n, seq):.0f}/s "
-          f"(grade_task time / bare call time = {seq / raw:.2f}), n={n}")
+          f"with {asks} calls per correct grade (grade_task time per call / bare call time = "
+          f"{seq / (raw * asks):.2f}), n={n}")
     print(f"   judge with {SIMULATED_LATENCY * 1e3:.0f} ms model latency: "
           f"sequential {_rate(m, slow_seq):.0f}/s, 8 threads {_rate(m, slow_par):.0f}/s "
           f"(speed-up {slow_seq / slow_par:.2f}x), n={m}")

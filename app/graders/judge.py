@@ -29,6 +29,7 @@ from app.graders.judge_prompt import (
     build_messages,
     candidate_text,
     escape_response,
+    fence_tag,
     parse_json_verdict,
     parse_logprob_verdict,
     parse_verdict,
@@ -361,6 +362,31 @@ def refusal_caused_by_response(target: JudgeTarget, question: str, reference: st
 # ---- grading --------------------------------------------------------------------------------
 
 
+def _ask(target: JudgeTarget, question: str, reference: str, response: str, context: str | None,
+         words: VerdictWords, tag: str, judge: JudgeSettings, details: dict[str, Any], start: float,
+         attempts_before: int = 0) -> JudgeReply | GradeResult:
+    """The judge's reply to one ask with these verdict words, in the fence of this tag, or the
+    unscored (or zero) result when the endpoint fails or refuses it."""
+    messages = build_messages(question, reference, response, context, tag=tag, words=words)
+    try:
+        return ask_judge(target, messages, judge, words)
+    except JudgeRefused as exc:
+        details.update(attempts=attempts_before + exc.attempts, latency_s=round(time.perf_counter() - start, 3))
+        if refusal_caused_by_response(target, question, reference, context, judge):
+            return GradeResult(grading="judge", outcome=Outcome.no_verdict, reward=0.0,
+                               explanation=f"{exc.reason} for the request holding this response, and answers "
+                               "it without the response: scored 0", extracted_answer=response[:500],
+                               details={**details, "refused_by_judge": True})
+        return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,
+                           explanation=f"{exc.reason}; the item was not scored",
+                           extracted_answer=response[:500], details=details)
+    except JudgeCallFailed as exc:
+        details.update(attempts=attempts_before + exc.attempts, latency_s=round(time.perf_counter() - start, 3))
+        return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,
+                           explanation=f"{exc.reason}; the item was not scored",
+                           extracted_answer=response[:500], details=details)
+
+
 def grade_task(task: Task, completion: str, options: GradeOptions, settings: Settings) -> GradeResult:
     judge = settings.judge
     try:
@@ -385,35 +411,43 @@ def grade_task(task: Task, completion: str, options: GradeOptions, settings: Set
         return GradeResult(grading="judge", outcome=Outcome.no_verdict, reward=0.0,
                            explanation="the response holds most of the judge's verdict words, so no verdict could "
                            "be told from a copy of it; scored 0", extracted_answer=response[:500], details=details)
-    messages = build_messages(question, task.gold, response, context, words=words)
     details["constraint"] = judge.constraint
     start = time.perf_counter()
-    try:
-        reply = ask_judge(target, messages, judge, words)
-    except JudgeRefused as exc:
-        details.update(attempts=exc.attempts, latency_s=round(time.perf_counter() - start, 3))
-        if refusal_caused_by_response(target, question, task.gold, context, judge):
-            return GradeResult(grading="judge", outcome=Outcome.no_verdict, reward=0.0,
-                               explanation=f"{exc.reason} for the request holding this response, and answers "
-                               "it without the response: scored 0", extracted_answer=response[:500],
-                               details={**details, "refused_by_judge": True})
-        return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,
-                           explanation=f"{exc.reason}; the item was not scored",
-                           extracted_answer=response[:500], details=details)
-    except JudgeCallFailed as exc:
-        details.update(attempts=exc.attempts, latency_s=round(time.perf_counter() - start, 3))
-        return GradeResult(grading="judge", outcome=Outcome.judge_error, reward=0.0,
-                           explanation=f"{exc.reason}; the item was not scored",
-                           extracted_answer=response[:500], details=details)
+    tag = fence_tag()  # one fence for both asks: nothing but the words' meanings differs between them
+    asked = _ask(target, question, task.gold, response, context, words, tag, judge, details, start)
+    if isinstance(asked, GradeResult):
+        return asked
+    reply = asked
     verdict = reply.verdict
+    attempts = reply.attempts
+    confirmed: bool | None = None
+    if verdict and judge.confirm_correct:
+        # The same words, each named where it stood, with their meanings swapped, in the same fence
+        # (VerdictWords.swapped): a judge that picks a word by anything but what the instruction
+        # says it means (its place, its spelling, a coin the prompt flips) picks the same word in
+        # both asks, and it means incorrect in one of them.
+        asked = _ask(target, question, task.gold, response, context, words.swapped(), tag, judge, details, start,
+                     attempts_before=attempts)
+        if isinstance(asked, GradeResult):
+            return asked
+        reply, attempts = asked, attempts + asked.attempts
+        confirmed = asked.verdict is True
+        verdict = asked.verdict
     # The raw reply may quote the reference: it is evidence for operators only (see without_gold).
     details.update(verdict=None if verdict is None else ("yes" if verdict else "no"),
-                   judge_reply=(reply.text or "")[:200], attempts=reply.attempts,
+                   judge_reply=(reply.text or "")[:200], attempts=attempts,
                    latency_s=round(time.perf_counter() - start, 3))
+    if confirmed is not None:
+        details["confirmed"] = confirmed
     if verdict is None:
         return GradeResult(grading="judge", outcome=Outcome.no_verdict, reward=0.0,
                            explanation="the judge gave no yes/no verdict, even when asked again; scored 0, "
                            "since a response can provoke such replies",
+                           extracted_answer=response[:500], details=details)
+    if confirmed is False:
+        return GradeResult(grading="judge", outcome=Outcome.incorrect, reward=0.0,
+                           explanation="the judge found the response agrees with the reference when first asked, "
+                           "but not when asked again with its verdict words' meanings swapped; scored 0",
                            extracted_answer=response[:500], details=details)
     return GradeResult(
         grading="judge",

@@ -5,6 +5,9 @@ The verdict cannot be steered by the candidate response:
 - its words are drawn afresh for every grade (``verdict_words``): the judge is told to reply, say,
   "cobalt" for correct and "meadow" for incorrect, so a response that writes "yes", "Verdict: yes"
   or {"verdict": "yes"} gives a judge that copies it nothing to copy, and it cannot know the words;
+  the order the instruction names them in is drawn as well, so "reply with the first word named"
+  points at the word for correct only half the time (and a verdict of correct is confirmed with
+  the same words' meanings swapped, see ``VerdictWords.swapped``);
 - neither word occurs in the response the judge is shown (they are drawn from the words it does
   not hold), so a judge that copies any part of the response copies no verdict;
 - the reply's own text (after a closed reasoning block) must hold exactly one verdict word, once,
@@ -42,17 +45,37 @@ RETRY_MARK = "Your previous reply was not a verdict."
 
 @dataclass(frozen=True, slots=True)
 class VerdictWords:
-    """The two words that mean correct and incorrect in one grade."""
+    """The two words that mean correct and incorrect in one grade, and which of them the
+    instruction names first (drawn per grade too: with the word for correct always named first, a
+    response that asks for "the first word named" would need to know neither word)."""
 
     yes: str
     no: str
+    yes_first: bool = True
 
     def word(self, verdict: bool) -> str:
         return self.yes if verdict else self.no
 
+    def named(self) -> tuple[str, str]:
+        """The two words in the order the instruction names them."""
+        return (self.yes, self.no) if self.yes_first else (self.no, self.yes)
+
+    def swapped(self) -> VerdictWords:
+        """The same two words, each named where it stood, each meaning the other verdict: the
+        confirmation of a verdict of correct. Asked in the same fence, it differs from the first
+        ask only in which word the instruction says means correct, so a judge that picks a word by
+        anything else (its place, its spelling, the order of the allowed values, a coin the prompt
+        flips) picks the same word twice, and that word means incorrect in one of the two asks.
+        (Fresh words made each ask its own coin: a pointer by the words themselves, "the one first
+        in alphabetical order", won both a quarter of the time.)"""
+        return VerdictWords(self.no, self.yes, yes_first=not self.yes_first)
+
     def ask(self) -> str:
-        return (f"Reply with exactly one word: {self.yes} if the candidate response is correct, "
-                f"{self.no} if it is not.")
+        if self.yes_first:
+            return (f"Reply with exactly one word: {self.yes} if the candidate response is correct, "
+                    f"{self.no} if it is not.")
+        return (f"Reply with exactly one word: {self.no} if the candidate response is not correct, "
+                f"{self.yes} if it is correct.")
 
     def retry_note(self) -> str:
         return f"{RETRY_MARK} {self.ask()} Nothing else."
@@ -85,29 +108,35 @@ def _as_read(text: str) -> str:
 MIN_POOL = 16
 
 
-def verdict_words(avoid: str = "") -> VerdictWords | None:
+def verdict_words(avoid: str = "", yes_first: bool | None = None) -> VerdictWords | None:
     """Two distinct words, drawn afresh per grade from a cryptographic source, among those that
     do not occur in ``avoid`` (the response the judge is shown, in any case, even inside another
     word, and in any spelling that reads as the word: look-alike letters, invisible characters):
     a judge that copies the response (a line, a JSON object, a quoted word) then copies no verdict
-    word. None when fewer than MIN_POOL are left (a response that holds most of them)."""
+    word. None when fewer than MIN_POOL are left (a response that holds most of them). The order
+    the instruction names them in is drawn too, unless ``yes_first`` says it (a confirmation asks
+    with the same words, ``VerdictWords.swapped``)."""
     shown = _as_read(avoid)
     pool = [w for w in _WORDS if w not in shown]
     if len(pool) < MIN_POOL:
         return None
     yes = secrets.choice(pool)
     no = secrets.choice([w for w in pool if w != yes])
-    return VerdictWords(yes, no)
+    # The order they are named in is drawn too: the response can then point at neither by place.
+    return VerdictWords(yes, no, yes_first=secrets.randbelow(2) == 0 if yes_first is None else yes_first)
 
 
 def verdict_schema(words: VerdictWords) -> dict[str, Any]:
-    """The JSON schema asked for in json_schema mode: {"verdict": <one of the two words>}."""
+    """The JSON schema asked for in json_schema mode: {"verdict": <one of the two words>}, listed in
+    the order the instruction names them (its choices are guided_choice's too). Listed word for
+    correct first, "reply with the first allowed value" pointed at it in every ask, to a model shown
+    the schema (structured-output APIs and proxies put it in the prompt)."""
     return {
         "name": "verdict",
         "strict": True,
         "schema": {
             "type": "object",
-            "properties": {"verdict": {"type": "string", "enum": [words.yes, words.no]}},
+            "properties": {"verdict": {"type": "string", "enum": list(words.named())}},
             "required": ["verdict"],
             "additionalProperties": False,
         },

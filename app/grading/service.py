@@ -70,8 +70,10 @@ TOLERANCE_NOT_APPLIED = ("the request's tolerance was not applied: a task is gra
 PARTIAL_CREDIT_NOT_APPLIED = ("partial_credit was not applied: a held-out item is graded pass or fail at the "
                               "task's own rule")
 
-# Details a held-out result keeps: how it was graded, never a verdict per value, row or case.
-HELD_OUT_DETAILS = frozenset({"judge_model", "judge_base_url", "constraint", "attempts", "latency_s", "verdict",
+# Details a held-out result keeps: how it was graded, never a verdict per value, row or case. Not the
+# judge's attempts or latency: a verdict of correct is asked for twice (confirmed), so two asks and a
+# fail would say the judge found the response correct once, a near miss finer than pass or fail.
+HELD_OUT_DETAILS = frozenset({"judge_model", "judge_base_url", "constraint", "verdict",
                               "answer_source", "tolerance_not_applied", "partial_credit_not_applied", "too_long"})
 
 

@@ -26,6 +26,7 @@ import pytest
 from app.tasks.synthetic.bank import _FAMILY_CHAPTERS
 from app.tenants import new_key
 from tests.fake_openai import FakeOpenAI
+from tests.support.judge_asks import ASKS_PER_CORRECT
 from tests.support.oracle import right, synthetic_tasks
 from tests.support.server import logged_server
 
@@ -168,7 +169,8 @@ def test_a_batch_over_the_in_flight_cap_queues_nothing(served: Served) -> None:
         for job in jobs:
             assert client.get(f"/v1/jobs/{job}", params={"wait": 60}).json()["status"] == "finished"
     time.sleep(0.5)
-    assert len([r for r in served.judge.requests if r.body.get("model") == "judge-slow"]) - asked == 2
+    slow_asks = len([r for r in served.judge.requests if r.body.get("model") == "judge-slow"]) - asked
+    assert slow_asks == 2 * ASKS_PER_CORRECT
 
 
 # ---- 3. tenants are separate -----------------------------------------------------------------

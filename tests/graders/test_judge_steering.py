@@ -15,6 +15,7 @@ from app.settings import Settings
 from app.tasks.base import Task
 from app.tasks.registry import get_bank
 from tests.support.book_mirror import mirror_path
+from tests.support.judge_asks import ASKS_PER_CORRECT
 
 QUESTION = "Why is decode usually memory-bound?"
 REFERENCE = "Each step reads all weights for only a few tokens, so bytes dominate FLOPs."
@@ -123,7 +124,8 @@ def test_the_same_judges_still_reward_the_right_answer(fake, judge_settings, mod
 def test_the_retry_is_a_conversation_strict_templates_accept(fake, judge_settings):
     # every fake refuses (400) a system message after the user turn, as strict chat templates do
     result = grade_task(TASK, REFERENCE, options(fake, "judge-adv-chatty"), judge_settings())
-    assert result.outcome is Outcome.correct and len(fake.requests) == 2
+    # a chatty first reply, then the retry; the confirmation asks the same way
+    assert result.outcome is Outcome.correct and len(fake.requests) == 2 * ASKS_PER_CORRECT
     assert [m["role"] for m in fake.requests[1].body["messages"]] == ["system", "user"]
 
 

@@ -15,6 +15,7 @@ import verifiers as vf
 from scaling_book.client import GraderError
 from scaling_book.results import GradeResult
 from scaling_book.verifiers_env import STATE_KEY, load_environment
+from tests.support.judge_asks import ASKS_PER_CORRECT
 from tests.support.oracle import gold, right, wrong
 from tests.support.policy import PolicyFake
 from tests.support.server import running_server
@@ -136,11 +137,12 @@ def test_the_service_judges_with_its_own_key_never_the_trainers(judge: PolicyFak
                            judge_api_key_var="OPENAI_API_KEY", service_url=judging_service)
     row = next(r for r in env.get_eval_dataset().to_list() if r["info"]["grading"] == "judge")
     assert _score(env, row, "Because the arithmetic intensity is below the ridge point.")[0] == 1.0
-    [call] = judge.requests
-    assert call.headers["authorization"] == f"Bearer {SERVICE_JUDGE_KEY}"
-    assert "sk-the-trainers-own" not in json.dumps([call.headers, call.body])
-    assert call.body["max_tokens"] == 256
-    assert call.body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert len(judge.requests) == ASKS_PER_CORRECT  # a verdict of correct, and its confirmation
+    for call in judge.requests:
+        assert call.headers["authorization"] == f"Bearer {SERVICE_JUDGE_KEY}"
+        assert "sk-the-trainers-own" not in json.dumps([call.headers, call.body])
+        assert call.body["max_tokens"] == 256
+        assert call.body["chat_template_kwargs"] == {"enable_thinking": False}
 
 
 def test_judge_model_is_required_for_selections_with_judge_items() -> None:
