@@ -60,6 +60,8 @@ def record(worker_name: str, queues: tuple[str, ...], sandbox: dict[str, Any] | 
         "meets_min_tier": sandbox.get("meets_min_tier") if sandbox else None,
         # whether its cases run in an idle CPU group (SANDBOX__IDLE_CPU, and the host allowed it)
         "sandbox_idle_cpu": sandbox.get("idle_cpu") if sandbox else None,
+        # the plain tier: whether Landlock confines its cases' files, and why not (None elsewhere)
+        "sandbox_landlock": sandbox.get("landlock") if sandbox else None,
         "started_at": int(time.time()),
     })
 

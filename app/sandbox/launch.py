@@ -177,14 +177,16 @@ def launcher_prefix(plan: Plan, cgroup: CaseCgroup | None) -> list[str]:
 @dataclass
 class Launch:
     """How a tier starts one child's interpreter: the command line up to and including the
-    interpreter, its environment, where it starts, the harness's sys.path, and a host directory
-    of the child's own (removed with it)."""
+    interpreter, its environment, where it starts, the harness's sys.path, a host directory
+    of the child's own (removed with it), and what else the tier tells the harness (the plain
+    tier's Landlock rules)."""
 
     argv: list[str]
     env: dict[str, str]
     cwd: str | None = None
     sys_path: list[str] = field(default_factory=list)
     workdir: str | None = None
+    harness: dict[str, Any] = field(default_factory=dict)  # the tier's own part of the harness's config
 
 
 def case_dirs(uid: int | None) -> tuple[str, dict[str, str]]:
@@ -219,6 +221,7 @@ def spawn(
         prefix = _drop_privileges_prefix(plan, uid, cgroup) if uid is not None else []
         spec = launch(prefix, uid)
         cfg["sys_path"] = spec.sys_path
+        cfg.update(spec.harness)
         argv = [*spec.argv, "-I", "-S", "-B", "-c", harness_source(), json.dumps(cfg)]
         popen = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -1,7 +1,8 @@
 """What a sandbox child needs from the host: the interpreter, its standard library, the
 site-packages entries of the configured packages and their dependencies, system libraries.
 Everything else on the host (the service's code, settings, secrets, other jobs) stays out of the
-bubblewrap tier's view.
+bubblewrap tier's view, and, where the kernel offers Landlock, out of the plain tier's reach (the
+same data rendered as Landlock rules: tiers/plain.py).
 
 When the service runs as root, children run under a dedicated unprivileged uid that may not be
 allowed to reach the interpreter (pyenv under a 0700 /root, say). Such paths are *staged*: a
@@ -19,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.sandbox.child.landlock import kernel_abi
 from app.sandbox.owners import STAGE_PREFIX, owned_tempdir
 
 SITE_IN_SANDBOX = "/sandbox/site"
@@ -35,13 +37,21 @@ class Plan:
     python: str  # interpreter path on the host
     prefix: str  # its installation prefix (stdlib, libpython)
     site_binds: list[Bind]  # site-packages entries, each bound under SITE_IN_SANDBOX
-    site_dirs: list[str]  # host directories holding them (the plain tier's sys.path)
+    site_dirs: list[str]  # host directories holding them
     system_binds: list[Bind]
     is_root: bool
     staging_dir: str | None = None
     staged: dict[str, str] = field(default_factory=dict)  # host source -> staged mountpoint
     tools: dict[str, str] = field(default_factory=dict)  # unshare, sh, setpriv, bwrap, runsc
     scratch_dirs: list[str] = field(default_factory=list)  # made for the tiers (gvisor's root)
+    # The highest Landlock ABI the kernel offers (0: none, landlock_missing says why): the plain
+    # tier confines each case's file access with it (tiers/plain.py, child/landlock.py).
+    landlock_abi: int = 0
+    landlock_missing: str | None = None
+    # The plain tier's sys.path: a directory of links, one to each site-packages entry of
+    # site_binds (as a dedicated uid reaches it), and nothing else; bubblewrap's SITE_IN_SANDBOX
+    # for a child that has no mount namespace to bind them in.
+    site_view: str | None = None
 
     def cleanup(self) -> None:
         """Remove the staging mount points (empty on the host; mounts live only in children)
@@ -149,6 +159,7 @@ def build_plan(python: Path | None, packages: tuple[str, ...]) -> Plan:
         system_binds=_system_binds(),
         is_root=os.geteuid() == 0,
     )
+    plan.landlock_abi, plan.landlock_missing = kernel_abi()
     for tool in ("bwrap", "unshare", "setpriv", "sh", "mount", "runsc"):
         found = shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
         if found:
@@ -157,4 +168,16 @@ def build_plan(python: Path | None, packages: tuple[str, ...]) -> Plan:
         hidden = [p for p in [prefix, *site_dirs] if not reachable_by_others(p)]
         if hidden:
             _stage(plan, hidden)
+    _make_site_view(plan)
     return plan
+
+
+def _make_site_view(plan: Plan) -> None:
+    """plan.site_view: the configured packages' entries as links in a directory of their own, so
+    that listing it (as Python's import system does) shows those and no other entry of
+    site-packages, whose files a plain case may not open (tiers/plain.py)."""
+    view = owned_tempdir(STAGE_PREFIX, 0o755)
+    plan.scratch_dirs.append(view)
+    for b in plan.site_binds:
+        os.symlink(plan.visible(b.source), os.path.join(view, os.path.basename(b.target)))
+    plan.site_view = view

@@ -1,7 +1,8 @@
 """A tier's sandbox as data: what the case sees (mounts), what it is cut off from (namespaces),
 who it runs as, and what bounds it beyond the case's own limits. One ``Policy`` per tier and
 launch (a started child, or a fork server), built by the tier's module and rendered here: into
-bubblewrap's command line, or into the OCI runtime spec ``runsc`` reads.
+bubblewrap's command line, into the OCI runtime spec ``runsc`` reads, or (the plain tier, which
+mounts nothing) into the Landlock rules that let its case open only what the policy shows.
 
 The renderers hold no policy of their own: every mount, namespace and capability in their output
 comes from the data, in its order (bubblewrap applies its options one after another)."""
@@ -147,6 +148,36 @@ def bwrap_args(policy: Policy, bwrap: str) -> list[str]:
     if policy.read_only_root:
         argv += ["--remount-ro", "/"]
     return [*argv, "--"]
+
+
+# ---------------------------------------------------------------------------- Landlock (plain)
+
+# The device files of bubblewrap's minimal /dev (its --dev) that a case reads and writes; nothing
+# else of the host's /dev (its /dev/shm and /dev/mqueue hold other processes' files) is a plain
+# case's to open or list.
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+
+
+def landlock_rules(policy: Policy) -> list[list[str]]:
+    """The Landlock rules (child/landlock.py: ``[access, path]``) that give a process of the host,
+    with no mount namespace of its own (the plain tier), what policy would show it: each bind's
+    host ``source`` (read and execute where it is read-only; everything where writable), a
+    ``dir`` listed but none of its files opened (what is in it comes from other rules), /proc read,
+    of /dev only bubblewrap's minimal devices (read and written), a writable tmpfs's target fully.
+    The host's own merged-/usr links need no rule: the kernel checks the path they lead to."""
+    rules: list[list[str]] = []
+    for m in policy.all_mounts():
+        if m.kind == "bind":
+            rules.append(["read" if m.read_only else "full", m.source])
+        elif m.kind == "dir":
+            rules.append(["list", m.target])
+        elif m.kind == "proc":
+            rules.append(["read", m.target])
+        elif m.kind == "dev":
+            rules += [["device", f"{m.target}/{node}"] for node in DEV_NODES]
+        elif m.kind == "tmpfs":
+            rules.append(["read" if m.read_only else "full", m.target])
+    return rules
 
 
 # ---------------------------------------------------------------------------- OCI (runsc)

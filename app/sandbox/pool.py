@@ -136,6 +136,26 @@ class Sandbox:
             raise SandboxFault(run.fault or f"probe case ended {run.status}")
         if bool((run.armed or {}).get("seccomp")) != tier.seccomp:
             raise SandboxFault("seccomp was not applied")
+        expected = self._landlock_expected(tier)
+        if expected is not None and ((run.armed or {}).get("landlock") or {}).get("abi", 0) != expected:
+            raise SandboxFault(f"Landlock ABI {expected} was not applied")
+
+    def _landlock_expected(self, tier: Candidate) -> int | None:
+        """The Landlock ABI a child of tier applies (the plain tier: the kernel's, 0 where it has
+        none), or None for a tier that does not use it."""
+        if not getattr(tier.tier, "uses_landlock", False) or self._plan is None:
+            return None
+        return self._plan.landlock_abi
+
+    @property
+    def landlock(self) -> dict[str, Any] | None:
+        """Whether Landlock confines the cases of the tier in force (the plain tier), and why not;
+        None for a tier that does not use it (its mount namespace shows the case little)."""
+        tier = self._tier
+        expected = self._landlock_expected(tier) if tier is not None else None
+        if expected is None or self._plan is None:
+            return None
+        return {"in_force": expected > 0, "abi": expected, "reason": self._plan.landlock_missing}
 
     def tier(self) -> Candidate:
         """The strongest tier whose probe child really ran a case (probed once)."""
@@ -162,6 +182,7 @@ class Sandbox:
                 raise SandboxFault(why)
             log.info("sandbox tier in force: %s (case limits: %s; children: %s)", self._tier.name, self.limits,
                      self.launcher)
+            _report_landlock(self._tier, self.landlock)
             return self._tier
 
     def status(self) -> dict[str, Any]:
@@ -174,7 +195,8 @@ class Sandbox:
             warm = {p: len(q) for p, q in self._warm.items()}
         return {"ok": ok, "tier": tier, "limits": self.limits, "launcher": self.launcher,
                 "idle_cpu": self._cgroups is not None and self._cgroups.idle_group is not None,
-                "probes": list(self._probe_report), "warm": warm}
+                "guarantees": self._tier.tier.guarantees if self._tier is not None else None,
+                "landlock": self.landlock, "probes": list(self._probe_report), "warm": warm}
 
     # ------------------------------------------------------------------ warm pool
 
@@ -319,6 +341,22 @@ class Sandbox:
         self._forkservers.stop()
         if self._plan is not None:
             self._plan.cleanup()
+
+
+_landlock_reported: set[bool] = set()
+
+
+def _report_landlock(tier: Candidate, landlock: dict[str, Any] | None) -> None:
+    """Say once per process, in the log, whether Landlock confines the plain tier's cases."""
+    if landlock is None or landlock["in_force"] in _landlock_reported:
+        return
+    _landlock_reported.add(landlock["in_force"])
+    if landlock["in_force"]:
+        log.info("%s: Landlock ABI %d confines each case to the interpreter, the packages, the system "
+                 "libraries and its own directories", tier.name, landlock["abi"])
+    else:
+        log.warning("%s without Landlock (%s): a case reads whatever its uid may read on this host, the "
+                    "service's own source included", tier.name, landlock["reason"])
 
 
 def plain_tier_refusal(box: Sandbox, multi_tenant: bool) -> str | None:

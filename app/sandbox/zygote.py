@@ -27,9 +27,10 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from app.sandbox.cgroups import CaseCgroup, CgroupHost
 from app.sandbox.child import zygote_source
@@ -125,7 +126,8 @@ class ForkSpec:
     own mount, pid, IPC, network, UTS and cgroup namespaces and private filesystems; or
     ``directories``, private host directories only); what a fork's uid may leave in the host's
     shared places; whether a fork's leader outlives its case (then it is stopped with SIGTERM,
-    which it passes on to the case's pid 1, and its exit means the case is gone)."""
+    which it passes on to the case's pid 1, and its exit means the case is gone); what else a
+    fork's harness is told about its case (``case_cfg``)."""
 
     tier: str
     argv: list[str]
@@ -134,6 +136,9 @@ class ForkSpec:
     fork: str
     host_residue: bool = False
     leader_outlives_case: bool = False
+    # ``directories``: what else a fork's harness is told, given its case's directories (the
+    # plain tier's Landlock rules, which name them).
+    case_cfg: Callable[[dict[str, str]], dict[str, Any]] | None = None
 
 
 class Zygote:
@@ -237,11 +242,13 @@ class Zygote:
                 cgroup = cgroups.create()
                 cgroup.set_memory_limit(sb.warm_memory_bytes)  # until the case arms its own limits
                 cgroup.set_task_limit(sb.warm_max_tasks)
-            request: dict[str, object] = {"uid": uid, "cfg": {
-                **harness_cfg(sb, profile, seccomp, uid, -1), "sys_path": [], "warm_jit": False}}
+            cfg = {**harness_cfg(sb, profile, seccomp, uid, -1), "sys_path": [], "warm_jit": False}
+            request: dict[str, object] = {"uid": uid, "cfg": cfg}
             if spec.fork == "directories":
                 workdir, paths = case_dirs(uid)
                 request.update(cwd=paths["work"], home=paths["home"], tmp=paths["tmp"])
+                if spec.case_cfg is not None:
+                    cfg.update(spec.case_cfg(paths))
             for i in range(4):  # stdin (the fork reads it), stdout, stderr, result channel
                 r, w = os.pipe()
                 ours.append(w if i == 0 else r)

@@ -28,6 +28,7 @@ from app.graders.judge import grade_task
 from app.graders.judge_prompt import build_messages, verdict_words
 from app.graders.options import GradeOptions, JudgeSpec
 from app.graders.result import GradeResult, Outcome
+from app.sandbox.child.landlock import kernel_abi
 from app.settings import SandboxSettings, Settings
 from app.tasks import registry
 from app.tasks.base import Task
@@ -133,13 +134,15 @@ def test_the_pointer_through_a_real_server(api: httpx.Client, judge_server: Fake
 
 # ---- impl: the service's own reference solutions, read by the submission --------------------------
 #
-# In the plain tier a case reads whatever an unprivileged user may read on the host, the service's
+# In the plain tier a case read whatever an unprivileged user may read on the host, the service's
 # source included, so a submission that imports the exercise's reference solution (app/tasks/impl/
-# reference.py, the very oracle its cases are checked against) earns what the reference earns,
+# reference.py, the very oracle its cases are checked against) earned what the reference earns,
 # having computed nothing. Confirmed through a real server (SANDBOX__TIER=plain): 8 of 8 hidden
 # cases of impl/roofline_time passed. Private tiers (bubblewrap, gvisor) bind only the interpreter,
-# the packages and the system libraries, so there the same submission raises on every case.
-# No small fix: the plain tier has no mount namespace to hide the tree in (docs/limits.md).
+# the packages and the system libraries, so there the same submission raises on every case. The
+# plain tier now holds each case to Landlock rules rendered from the same view (tiers/plain.py), so
+# the submission raises there too; on a kernel without Landlock the plain tier runs as before and
+# says so (docs/limits.md), and these tests are skipped.
 
 SERVICE_ROOT = Path(app.__file__).resolve().parents[1]
 IMPL_SETTINGS = Settings(sandbox=SandboxSettings(wall_seconds=20, warm_pool_size=1))
@@ -163,7 +166,12 @@ def impl_grade(text: str, tier: str, name: str = "roofline_time") -> GradeResult
     return grade(registry.resolve_task(f"impl/{name}", settings), text, GradeOptions(), settings)
 
 
-PLAIN_LIMIT = "known limit: the plain tier shares the host's files, the reference solutions included (docs/limits.md)"
+def _plain_confined() -> None:
+    if not _offered("plain+seccomp"):
+        pytest.skip("plain+seccomp is not offered on this machine")
+    abi, why = kernel_abi()
+    if not abi:
+        pytest.skip(f"no Landlock on this kernel ({why}): the plain tier shares the host's files (docs/limits.md)")
 
 
 def _offered(tier: str) -> bool:
@@ -185,23 +193,20 @@ def test_a_private_tier_does_not_serve_the_reference_to_a_submission(tier: str) 
 
 @pytest.mark.slow
 @pytest.mark.serial
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=PLAIN_LIMIT)
 def test_the_plain_tier_does_not_serve_the_reference_to_a_submission() -> None:
-    if not _offered("plain+seccomp"):
-        pytest.skip("plain+seccomp is not offered on this machine")
+    _plain_confined()
     right = impl_grade(honest("roofline_time"), "plain+seccomp")
     assert right.outcome is Outcome.correct
     stolen = impl_grade(reference_thief("roofline_time"), "plain+seccomp")
-    # what it earns today is exactly the reference's reward: every case passes
-    assert stolen.reward < right.reward
+    # it earned exactly the reference's reward (every case passed); now it raises on every case
+    assert stolen.scored and stolen.reward == 0.0 < right.reward
+    assert stolen.details["counts"] == {"exception": len(stolen.details["cases"])}
 
 
 @pytest.mark.slow
 @pytest.mark.serial
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=PLAIN_LIMIT)
 def test_the_plain_tier_does_not_serve_the_reference_through_a_real_server() -> None:
-    if not _offered("plain+seccomp"):
-        pytest.skip("plain+seccomp is not offered on this machine")
+    _plain_confined()
     env = {"SCALING_GRADER_SANDBOX__TIER": "plain", "SCALING_GRADER_SANDBOX__SECCOMP": "require",
            "SCALING_GRADER_SANDBOX__WARM_POOL_SIZE": "1"}
     with running_server(env) as url, httpx.Client(base_url=url, timeout=300) as client:
@@ -212,4 +217,5 @@ def test_the_plain_tier_does_not_serve_the_reference_through_a_real_server() -> 
 
         right, stolen = post(honest("roofline_time")), post(reference_thief("roofline_time"))
     assert right["outcome"] == "correct" and stolen["details"]["sandbox_tier"].startswith("plain")
-    assert stolen["reward"] < right["reward"]
+    assert stolen["reward"] == 0.0 < right["reward"]
+    assert stolen["details"]["counts"] == {"exception": len(stolen["details"]["cases"])}

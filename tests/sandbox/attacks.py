@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tests.sandbox.tiers import files_confined
+
 
 @dataclass(frozen=True)
 class Attack:
@@ -35,8 +37,8 @@ def _no_secret(observed: Any, targets: Any, tier: str) -> None:
 
 def _source_hidden(observed: Any, targets: Any, tier: str) -> None:
     # The bubblewrap and gvisor tiers bind only the interpreter and packages: the service's code
-    # is absent.
-    if tier.startswith(("bubblewrap", "gvisor")):
+    # is absent; the plain tier's Landlock rules allow only the same (where the kernel has it).
+    if files_confined(tier):
         _denied(observed)
 
 

@@ -15,7 +15,7 @@ import pytest
 from app.sandbox.pool import Sandbox
 from tests.sandbox.attacks import code
 from tests.sandbox.isolation_support import hostile, observed
-from tests.sandbox.tiers import PRIVATE_TIERS, box_for
+from tests.sandbox.tiers import LANDLOCK, PRIVATE_TIERS, box_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
@@ -126,6 +126,14 @@ _RESIDUE = code('''
     ''')
 
 
+def _landlocked(tier: str) -> bool:
+    return tier.startswith("plain") and LANDLOCK
+
+
+def _files(planted: list[str]) -> list[str]:
+    return [p for p in planted if p.startswith("/")]
+
+
 def _run(box: Sandbox, tier: str, token: str, mode: str) -> object:
     run, _ = hostile(box, _RESIDUE, [token, mode, tier.startswith(PRIVATE_TIERS)])
     assert run.extra.get("launcher") == "forkserver", run.extra
@@ -140,7 +148,12 @@ def test_the_probe_finds_what_it_planted_in_one_process(fork_tier: str) -> None:
     result = _run(box, fork_tier, token, "both")
     assert isinstance(result, list) and len(result) == 2, result
     planted, found = result
-    assert "file in /tmp" in found and "environment" in found and "signals" in found, (planted, found)
+    assert "environment" in found and "signals" in found, (planted, found)
+    if _landlocked(fork_tier):  # the host's /tmp and /dev/shm are not the case's: its own dirs only
+        assert "/tmp" not in planted and "/dev/shm" not in planted and len(_files(planted)) == 2, planted
+        assert len([f for f in found if f.startswith("file in ")]) == 2, found
+    else:
+        assert "file in /tmp" in found, (planted, found)
     assert any(f.startswith("fd ") for f in found), found
 
 
@@ -152,6 +165,7 @@ def test_nothing_of_one_case_reaches_the_next(fork_tier: str, rounds: int) -> No
     for _ in range(rounds):
         token = "residue-" + os.urandom(6).hex()
         planted = _run(box, fork_tier, token, "plant")
-        assert isinstance(planted, list) and "/tmp" in planted, planted
+        assert isinstance(planted, list) and ("/tmp" in planted or _landlocked(fork_tier)), planted
+        assert _files(planted), planted
         found = _run(box, fork_tier, token, "look")
         assert found == "denied:clean", (planted, found)

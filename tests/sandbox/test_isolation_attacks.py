@@ -16,7 +16,7 @@ import pytest
 from app.sandbox.pool import get_sandbox
 from tests.sandbox.attacks import code, guarded
 from tests.sandbox.isolation_support import entries_of_uid, hostile, observed
-from tests.sandbox.tiers import SHORT_LIMITS, box_for, tier_settings
+from tests.sandbox.tiers import LANDLOCK, SHORT_LIMITS, box_for, tier_settings
 
 # Sandboxed children: left out of `make test-fast`, and run alone by `make test` (serial): their
 # wall and CPU limits are what they test, and other tests' load on two cores breaks them.
@@ -73,6 +73,8 @@ def test_proc_is_read_only_in_bubblewrap(tier: str) -> None:
         assert observed(run) == "denied:OSError"  # EROFS
     elif tier.startswith("gvisor"):
         _denied(observed(run))  # gVisor's /proc, read-only too
+    elif LANDLOCK:
+        assert observed(run) == "denied:PermissionError"  # the plain tier's Landlock: /proc is read-only
     else:
         assert observed(run) == "writable"  # the plain tier shares the host's /proc
 

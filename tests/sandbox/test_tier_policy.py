@@ -203,10 +203,41 @@ def test_gvisor_renders_todays_oci_spec(plan: Plan, sb: SandboxSettings, fork_se
     assert got == old_bundle_config(plan, sb, rootfs="/r", result_dir="/chan", args=args, env=env, cwd=cwd, caps=caps)
 
 
-def test_plain_tier_has_no_policy_to_render() -> None:
-    """The plain tier isolates by uid, rlimits and seccomp alone: nothing to mount or unshare."""
-    plan = _plans()[0]
-    assert get_tier("plain").policy(plan, SandboxSettings(), True) is None
+def old_plain_landlock_rules(plan: Plan, paths: dict[str, str]) -> list[list[str]]:
+    """The plain tier's Landlock rules written out from the plan by hand (the oracle): what the
+    bubblewrap tier binds, opened in place (staged where the plan stages it), its sys.path's
+    directory listed, /proc and /dev read, bubblewrap's devices read and written, the case's own
+    directories fully."""
+    rules = [["read", b.source] for b in plan.system_binds]
+    rules.append(["read", plan.visible(plan.prefix)])
+    rules += [["read", plan.visible(b.source)] for b in plan.site_binds]
+    rules += [["list", str(plan.site_view)], ["read", "/proc"]]
+    rules += [["device", f"/dev/{n}"] for n in ("null", "zero", "full", "random", "urandom")]
+    rules += [["full", paths[d]] for d in ("work", "home", "tmp")]
+    return rules
+
+
+@pytest.mark.parametrize(("plan", "sb"), CASES)
+@pytest.mark.parametrize("seccomp", [True, False])
+def test_plain_tier_renders_the_bubblewrap_view_as_landlock_rules(plan: Plan, sb: SandboxSettings,
+                                                                  seccomp: bool) -> None:
+    """The plain tier mounts and unshares nothing; its policy is the bubblewrap tier's view of the
+    host (the same Plan data), rendered into the rules its case is held to."""
+    plan.site_view = "/tmp/stage-view"
+    plain = get_tier("plain")
+    policy = plain.policy(plan, sb, seccomp)
+    assert policy.namespaces == frozenset() and policy.uid is None and not policy.caps
+    paths = {"work": "/c/work", "home": "/c/home", "tmp": "/c/tmp"}
+    config = plain.landlock(plan, sb, seccomp, paths)["landlock"]
+    assert config["rules"] == old_plain_landlock_rules(plan, paths)
+    assert config["require"] == (plan.landlock_abi > 0)
+    # no rule reaches beyond a package's own entry: never a whole site-packages directory
+    readable = {path for access, path in config["rules"] if access in ("read", "full")}
+    assert not readable & {plan.visible(d) for d in plan.site_dirs}
+    # what bubblewrap binds read-only is read-only here too
+    bwrap = get_tier("bubblewrap").policy(plan, sb, seccomp)
+    bound = {m.source for m in bwrap.all_mounts() if m.kind == "bind" and m.read_only and m.source != "/dev/null"}
+    assert bound <= {path for access, path in config["rules"] if access == "read"}
 
 
 # ---------------------------------------------------------------- properties of the renderers

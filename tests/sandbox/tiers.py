@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from app.sandbox.child.landlock import kernel_abi
 from app.sandbox.launch import SandboxFault
 from app.sandbox.pool import Sandbox, get_sandbox
 from app.settings import SandboxSettings
@@ -27,6 +28,14 @@ SHORT_LIMITS = {
 ALL_TIERS = ("gvisor+seccomp", "gvisor", "bubblewrap+seccomp", "bubblewrap", "plain+seccomp", "plain")
 # Tiers whose case has a filesystem, process table and network of its own (not the host's).
 PRIVATE_TIERS = ("gvisor", "bubblewrap")
+# Whether this kernel offers Landlock, which confines a plain case's files (tiers/plain.py).
+LANDLOCK = kernel_abi()[0] > 0
+
+
+def files_confined(tier: str) -> bool:
+    """Whether a case of tier opens only the interpreter, the packages, the system libraries,
+    /proc, /dev and its own directories: a private tier's view, or Landlock in the plain tier."""
+    return tier.startswith(PRIVATE_TIERS) or (tier.startswith("plain") and LANDLOCK)
 
 
 class LaunchedTier(str):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 _HERE = Path(__file__).parent
 # In order: each part uses names of those before it.
-HARNESS_PARTS = ("channels.py", "seccomp.py", "values.py", "runner.py", "harness.py")
+HARNESS_PARTS = ("channels.py", "landlock.py", "seccomp.py", "values.py", "runner.py", "harness.py")
 
 
 @cache

@@ -206,6 +206,11 @@ def runner(cfg, out, ack):
             raise OSError("the seccomp filter is not in force")
         if not channels_closed():  # every tier: no channel to a concurrent case (child/channels.py)
             raise OSError("the channel filter is not in force")
+        # The plain tier's Landlock domain (child/landlock.py), applied before the harness forked:
+        # what the kernel did, and that it answers.
+        landlock = landlock_state()
+        if landlock is not None and landlock["abi"] and not landlock_holds():
+            raise OSError("the Landlock domain is not in force")
         cpu_at_arm = _cpu_seconds()
         if cfg["python_guards"]:
             _install_guards()
@@ -213,7 +218,8 @@ def runner(cfg, out, ack):
             os.dup2(orig, fd)
             os.close(orig)
         _send(out, {"kind": "armed", "uid": os.getuid(), "seccomp": filtered,
-                    "guards": cfg["python_guards"], "limits": applied, "cpu_at_arm": cpu_at_arm})
+                    "guards": cfg["python_guards"], "limits": applied, "cpu_at_arm": cpu_at_arm,
+                    "landlock": landlock})
         # Wait until the reporter has passed "armed" on to the parent: from then on anything that
         # goes wrong is the candidate's doing, so killing the reporter early cannot turn a case
         # into an unscored sandbox fault.

@@ -6,7 +6,8 @@ reporter and the runner (``arm_seccomp_first``), so no process of the sandbox (t
 tier's pid 1 included) ever runs without it; the runner checks with the kernel that it is in
 force immediately before candidate code runs. Nothing the
 warm-up of numpy or JAX needs is on the list."""
-# ruff: noqa: F821 - install_channel_filter() comes from child/channels.py, an earlier part of the program
+# ruff: noqa: F821 - install_channel_filter() and apply_landlock() come from child/channels.py and
+# child/landlock.py, earlier parts of the program
 
 import ctypes
 import ctypes.util
@@ -178,27 +179,32 @@ def seccomp_in_force():
 
 
 def arm_seccomp_first():
-    """Install the channel filter (always) and the deny-list (when asked) in the process the
-    parent started, before the harness forks: the reporter (the sandbox's pid 1 in the
-    bubblewrap tier), the runner and everything they start inherit them. Stops the child if
-    either cannot be installed (the probe then refuses the tier)."""
+    """Install the channel filter (always), the deny-list (when asked) and the plain tier's
+    Landlock rules (when given) in the process the parent started, before the harness forks: the
+    reporter (the sandbox's pid 1 in the bubblewrap tier), the runner and everything they start
+    inherit them. Stops the child if one cannot be installed (the probe then refuses the tier);
+    Landlock only where the kernel offers it or the configuration requires it."""
     import json
     import os
     import sys
 
+    cfg = json.loads(sys.argv[1])
     try:
         # Every tier, with the deny-list or without it: no channel between concurrent cases
         # (child/channels.py).
         install_channel_filter()
-        if not json.loads(sys.argv[1]).get("seccomp"):
-            return
-        if _COMPILED:  # a fork of the fork server
-            install_compiled()
-            return
-        lib = load_libseccomp()
-        if lib is None:
-            raise OSError("libseccomp is not available")
-        install_seccomp(lib)
+        if cfg.get("seccomp"):
+            if _COMPILED:  # a fork of the fork server
+                install_compiled()
+            else:
+                lib = load_libseccomp()
+                if lib is None:
+                    raise OSError("libseccomp is not available")
+                install_seccomp(lib)
+        # The plain tier: what the case may open on the host (child/landlock.py), once
+        # no_new_privs is set and libseccomp is loaded; neither filter refuses Landlock's calls.
+        if cfg.get("landlock") is not None:
+            apply_landlock(cfg["landlock"])
     except OSError as exc:
         os.write(2, f"harness set-up failed: {exc!r}\n".encode())
         os._exit(70)
