@@ -2,7 +2,11 @@
 this repository's trainer package installed editable. Built once per version of the pins (the
 directory name carries their hash) under the user's cache directory, so fresh clones on one
 machine share it; by `make trainers-venv` or by the first test that needs it; a lock lets
-parallel test workers wait for one build instead of racing. torch goes in with pip (which finds
+parallel test workers wait for one build instead of racing. The editable install names one
+checkout: each use points it at the checkout asking (seconds), since the clone that built the
+venv may be another version of the package, or gone (its trainer tests then failed on
+"No module named scaling_book", or ran another clone's code). Two clones running their trainer
+tests at the same moment still take turns at it. torch goes in with pip (which finds
 the CPU wheel on the machine's disk), everything else with uv under a torch==2.13.0 constraint
 (seconds from uv's cache, where pip's resolver takes minutes), so nothing can swap in a CUDA build.
 
@@ -58,7 +62,26 @@ def python() -> Path:
         if not marker.exists():
             _build(venv)
             marker.write_text(REQUIREMENTS.read_text())
+        _install_this_checkout(venv)
     return venv / "bin" / "python"
+
+
+def _uv(venv: Path) -> list[str]:
+    return [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
+            "--constraint", str(venv / "torch-constraint.txt")]
+
+
+def _install_this_checkout(venv: Path) -> None:
+    """Point the venv's editable scaling_book at this checkout, unless it already imports from it
+    (asked of the venv's own interpreter: whichever clone last installed it)."""
+    here = ROOT / "scaling_book"
+    # -I and cwd: the copy the venv's own path finds, not this tree's beside the working directory
+    where = "import scaling_book; print(scaling_book.__path__[0])"
+    found = subprocess.run([str(venv / "bin" / "python"), "-I", "-c", where],
+                           capture_output=True, text=True, timeout=300, cwd=venv)
+    if found.returncode == 0 and Path(found.stdout.strip()).resolve() == here.resolve():
+        return
+    _run([*_uv(venv), "--no-deps", "-e", str(here)])
 
 
 def _run(command: list[str]) -> None:
@@ -72,12 +95,10 @@ def _build(venv: Path) -> None:
     target = str(venv / "bin" / "python")
     _run([target, "-m", "pip", "install", "-q", "--disable-pip-version-check", TORCH])
     with_deps, no_deps = _pins()
-    constraint = venv / "torch-constraint.txt"
-    constraint.write_text(TORCH + "\n")
-    uv = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", target, "--constraint", str(constraint)]
+    (venv / "torch-constraint.txt").write_text(TORCH + "\n")
+    uv = _uv(venv)
     _run([*uv, *with_deps])
     _run([*uv, "--no-deps", *no_deps])
-    _run([*uv, "--no-deps", "-e", str(ROOT / "scaling_book")])
     check = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
                            capture_output=True, text=True, timeout=300)
     if check.returncode != 0 or "+cpu" not in check.stdout:

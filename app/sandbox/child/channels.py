@@ -16,7 +16,16 @@ needs any of these on a shared file, so:
 * leases, dnotify (fcntl F_SETLEASE, F_NOTIFY), inotify and fanotify are refused (EPERM);
 * POSIX_FADV_DONTNEED does nothing (it would evict pages of a shared file), and the two probes
   of the page cache that need no clock, preadv2/pwritev2 with RWF_NOWAIT and cachestat, are
-  refused (EOPNOTSUPP, EPERM).
+  refused (EOPNOTSUPP, EPERM);
+* sockets of the stream protocols that make TCP connections without being TCP to Landlock
+  (IPPROTO_MPTCP, IPPROTO_SMC, AF_SMC) are refused (EPERM): the plain tier's Landlock rules
+  refuse TCP bind and connect only to a socket whose protocol is IPPROTO_TCP, and an MPTCP
+  socket (which falls back to plain TCP with a peer that has no MPTCP) reached the host's
+  loopback services (Redis, with the deployment's case secret) from a plain case without the
+  deny-list, and let two concurrent plain cases talk;
+* io_uring is refused (io_uring_setup, _enter, _register: EPERM): its operations make sockets
+  (IORING_OP_SOCKET made the same MPTCP socket past the rule above), advise and read files
+  without any of the calls this filter sees.
 
 The deny-list is built with libseccomp, which a host may lack; this program is written out by
 hand for the architectures the service runs on (x86-64, arm64, riscv64), so that no tier runs
@@ -42,28 +51,34 @@ _LOCK_COMMANDS = (6, 7, 37, 38)  # F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW
 _F_SETLEASE, _F_NOTIFY = 1024, 1026
 _POSIX_FADV_DONTNEED = 4
 _RWF_NOWAIT = 0x8
+# Stream sockets Landlock's TCP rules do not see (security/landlock/net.c checks sk_is_tcp).
+_AF_SMC, _IPPROTO_SMC, _IPPROTO_MPTCP = 43, 256, 262
 
 # AUDIT_ARCH value, x32 bit (x86-64 only) and the numbers of the calls concerned, per machine.
 _ARCHES = {
     "x86_64": (0xC000003E, True, {
         "fcntl": 72, "flock": 73, "inotify_init": 253, "inotify_add_watch": 254, "inotify_init1": 294,
         "fanotify_init": 300, "fanotify_mark": 301, "fadvise64": 221, "preadv2": 327, "pwritev2": 328,
-        "cachestat": 451}),
+        "cachestat": 451, "socket": 41,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427}),
     "aarch64": (0xC00000B7, False, {
         "fcntl": 25, "flock": 32, "inotify_init1": 26, "inotify_add_watch": 27,
         "fanotify_init": 262, "fanotify_mark": 263, "fadvise64": 223, "preadv2": 286, "pwritev2": 287,
-        "cachestat": 451}),
+        "cachestat": 451, "socket": 198,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427}),
     "riscv64": (0xC00000F3, False, {
         "fcntl": 25, "flock": 32, "inotify_init1": 26, "inotify_add_watch": 27,
         "fanotify_init": 262, "fanotify_mark": 263, "fadvise64": 223, "preadv2": 286, "pwritev2": 287,
-        "cachestat": 451}),
+        "cachestat": 451, "socket": 198,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427}),
 }
 # The policy as data: what a whole call gets, and what a call gets for one argument's value
-# (argument index, [("eq"|"set", value, action), ...]).
+# (argument index, [("eq"|"set", value, action[, another argument's index]), ...]).
 CHANNEL_CALLS = {
     "flock": _NOOP,
     "inotify_init": _REFUSE, "inotify_init1": _REFUSE, "inotify_add_watch": _REFUSE,
     "fanotify_init": _REFUSE, "fanotify_mark": _REFUSE, "cachestat": _REFUSE,
+    "io_uring_setup": _REFUSE, "io_uring_enter": _REFUSE, "io_uring_register": _REFUSE,
 }
 CHANNEL_ARGUMENTS = {
     "fcntl": (1, [*(("eq", cmd, _NOOP) for cmd in _LOCK_COMMANDS),
@@ -71,6 +86,7 @@ CHANNEL_ARGUMENTS = {
     "fadvise64": (3, [("eq", _POSIX_FADV_DONTNEED, _NOOP)]),
     "preadv2": (5, [("set", _RWF_NOWAIT, _ret_errno(_errno.EOPNOTSUPP))]),
     "pwritev2": (5, [("set", _RWF_NOWAIT, _ret_errno(_errno.EOPNOTSUPP))]),
+    "socket": (2, [("eq", _IPPROTO_MPTCP, _REFUSE), ("eq", _IPPROTO_SMC, _REFUSE), ("eq", _AF_SMC, _REFUSE, 0)]),
 }
 
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -87,8 +103,12 @@ def channel_program(machine=None):
         if name in numbers:
             prog += [(_JEQ, 0, 1, numbers[name]), (_RET, 0, 0, action)]
     for name, (index, tests) in CHANNEL_ARGUMENTS.items():
-        block = [(_LD_W_ABS, 0, 0, 16 + 8 * index)]  # the low 32 bits (little-endian machines)
-        for kind, value, action in tests:
+        block, loaded = [], None
+        for kind, value, action, *other in tests:
+            arg = other[0] if other else index
+            if arg != loaded:  # the low 32 bits (little-endian machines; the kernel reads an int)
+                block.append((_LD_W_ABS, 0, 0, 16 + 8 * arg))
+                loaded = arg
             block += [(_JEQ if kind == "eq" else _JSET, 0, 1, value), (_RET, 0, 0, action)]
         block.append((_RET, 0, 0, _RET_ALLOW))
         prog += [(_JEQ, 0, len(block), numbers[name]), *block]
