@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.tenants import new_key
 from tests.support.server import logged_server
+from tests.support.tenants_file import write_tenants
 
 pytestmark = pytest.mark.slow  # a real HTTP server per test
 
@@ -49,11 +49,7 @@ class Served:
 @contextmanager
 def serving(**env_extra: str) -> Iterator[Served]:
     tmp = Path(tempfile.mkdtemp(prefix="sg-attack-"))
-    keys, lines = {}, []
-    for name, extra in TENANTS.items():
-        keys[name], digest = new_key()
-        lines.append(f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{digest}"\n{extra}')
-    (tmp / "tenants.toml").write_text("\n".join(lines))
+    keys = write_tenants(tmp / "tenants.toml", TENANTS)
     log = tmp / "server.log"
     env = {"SCALING_GRADER_TENANTS_FILE": str(tmp / "tenants.toml"), **env_extra}
     with logged_server(env, log) as (url, process):

@@ -19,8 +19,8 @@ import pytest
 from app.grading.models import MAX_QUANTITY_CHARS, GradeRequest
 from app.grading.service import ON_LOOP_CHARS, GradingService
 from app.settings import get_settings
-from app.tenants import new_key
 from tests.support.server import logged_server
+from tests.support.tenants_file import write_tenants
 
 pytestmark = pytest.mark.slow  # real HTTP servers
 
@@ -98,11 +98,7 @@ TENANTS = {"bob": "", "mallory": "rate_per_second = 100000\nburst = 100000\n"}
 @contextmanager
 def tenants_server() -> Iterator[tuple[str, dict[str, str]]]:
     tmp = Path(tempfile.mkdtemp(prefix="sg-fresh-tenants-"))
-    keys, lines = {}, []
-    for name, extra in TENANTS.items():
-        keys[name], digest = new_key()
-        lines.append(f'[[tenant]]\nname = "{name}"\nkey_sha256 = "{digest}"\n{extra}')
-    (tmp / "tenants.toml").write_text("\n".join(lines))
+    keys = write_tenants(tmp / "tenants.toml", TENANTS)
     with logged_server({"SCALING_GRADER_TENANTS_FILE": str(tmp / "tenants.toml")}, tmp / "server.log") as (url, _):
         yield url, keys
 
