@@ -108,14 +108,14 @@ def _as_read(text: str) -> str:
 MIN_POOL = 16
 
 
-def verdict_words(avoid: str = "", yes_first: bool | None = None) -> VerdictWords | None:
+def verdict_words(avoid: str = "") -> VerdictWords | None:
     """Two distinct words, drawn afresh per grade from a cryptographic source, among those that
     do not occur in ``avoid`` (the response the judge is shown, in any case, even inside another
     word, and in any spelling that reads as the word: look-alike letters, invisible characters):
     a judge that copies the response (a line, a JSON object, a quoted word) then copies no verdict
     word. None when fewer than MIN_POOL are left (a response that holds most of them). The order
-    the instruction names them in is drawn too, unless ``yes_first`` says it (a confirmation asks
-    with the same words, ``VerdictWords.swapped``)."""
+    the instruction names them in is drawn too (a confirmation asks with the same words,
+    ``VerdictWords.swapped``)."""
     shown = _as_read(avoid)
     pool = [w for w in _WORDS if w not in shown]
     if len(pool) < MIN_POOL:
@@ -123,7 +123,7 @@ def verdict_words(avoid: str = "", yes_first: bool | None = None) -> VerdictWord
     yes = secrets.choice(pool)
     no = secrets.choice([w for w in pool if w != yes])
     # The order they are named in is drawn too: the response can then point at neither by place.
-    return VerdictWords(yes, no, yes_first=secrets.randbelow(2) == 0 if yes_first is None else yes_first)
+    return VerdictWords(yes, no, yes_first=secrets.randbelow(2) == 0)
 
 
 def verdict_schema(words: VerdictWords) -> dict[str, Any]:
