@@ -267,17 +267,15 @@ def build(chapters: dict[str, source.Chapter]) -> tuple[list[Task], list[Exclusi
     for name, chapter in chapters.items():
         parsed = parse_chapter(name, chapter.text)
         markers[name] = len(parsed)
+        split = [_split_answer(f"{name}.q{q.index}", q, chapter.text, annotations.get(f"{name}.q{q.index}"))
+                 for q in parsed]
         # answers that are the text after their question: later questions' contexts cut them too
-        answered_after = [split.answer for q in parsed
-                          if (split := _split_answer(f"{name}.q{q.index}", q, chapter.text,
-                                                     annotations.get(f"{name}.q{q.index}"))) is not q
-                          and split.answer is not None]
-        for q in parsed:
+        answered_after = [s.answer for q, s in zip(parsed, split, strict=True) if s is not q and s.answer is not None]
+        for q in split:
             tid = task_id(name, q.index)
             key = f"{name}.q{q.index}"
             ann = annotations.get(key)
             seen.add(key)
-            q = _split_answer(key, q, chapter.text, ann)
             if q.answer is None:
                 if ann is not None:
                     raise AnnotationError(f"{key}: annotated, but the source has no answer for it")
